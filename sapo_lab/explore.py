@@ -1,0 +1,85 @@
+"""Explorers for the book: live ipywidgets in a kernel, plotly sliders in the static HTML.
+
+A notebook calls :func:`slider_figure` to precompute one set of curves per slider
+value, then :func:`show_figure` to display it, and :func:`live_explorer` to add the
+ipywidgets version. When the book is built (``SAPO_LAB_BOOK=1``, set by the
+Makefile) figures are written as plain HTML that relies on the ``plotly.min.js``
+served from the book's own ``_static`` folder, and widgets are replaced by a note,
+since nothing can recompute them without a kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+BOOK_ENV = "SAPO_LAB_BOOK"
+
+
+def in_book_build() -> bool:
+    return os.environ.get(BOOK_ENV) == "1"
+
+
+def slider_figure(x, values: Sequence, curves: Callable, *, slider_label: str, title: str = "",
+                  xaxis_title: str = "", yaxis_title: str = "", initial_index: int = 0,
+                  static_traces: Sequence = (), yaxis_range=None, mode: str = "lines"):
+    """A plotly figure with one slider position per entry of ``values``.
+
+    ``curves(value) -> list[(name, y)]`` gives the curves drawn at that slider value;
+    every position must return the same number of curves. ``static_traces`` are
+    ``(name, y)`` pairs shown at every position (e.g. a reference curve).
+    """
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    per_step = None
+    for i, v in enumerate(values):
+        named = list(curves(v))
+        if per_step is None:
+            per_step = len(named)
+        elif len(named) != per_step:
+            raise ValueError("curves(value) must return the same number of curves for every value")
+        for name, y in named:
+            fig.add_trace(go.Scatter(x=list(map(float, x)), y=[float(t) for t in y], name=name, mode=mode,
+                                     visible=(i == initial_index)))
+    for name, y in static_traces:
+        fig.add_trace(go.Scatter(x=list(map(float, x)), y=[float(t) for t in y], name=name, mode="lines",
+                                 line=dict(dash="dot", color="gray")))
+    n_dynamic = per_step * len(values)
+    steps = []
+    for i, v in enumerate(values):
+        visible = [i * per_step <= k < (i + 1) * per_step for k in range(n_dynamic)] + [True] * len(static_traces)
+        label = f"{v:g}" if isinstance(v, (int, float)) else str(v)
+        steps.append(dict(method="restyle", args=[{"visible": visible}], label=label))
+    fig.update_layout(
+        title=title, xaxis_title=xaxis_title, yaxis_title=yaxis_title, template="plotly_white",
+        sliders=[dict(active=initial_index, currentvalue=dict(prefix=f"{slider_label} = "), steps=steps, pad=dict(t=40))],
+        margin=dict(l=60, r=20, t=60, b=40), height=460,
+    )
+    if yaxis_range is not None:
+        fig.update_yaxes(range=list(yaxis_range))
+    return fig
+
+
+def show_figure(fig) -> None:
+    """Display a plotly figure: page-embedded HTML in the book build, the default renderer elsewhere."""
+    from IPython.display import HTML, display
+
+    if in_book_build():
+        display(HTML(fig.to_html(include_plotlyjs=False, full_html=False,
+                                 config={"displaylogo": False, "responsive": True})))
+    else:
+        fig.show()
+
+
+def live_explorer(function: Callable, **controls):
+    """``ipywidgets.interact(function, **controls)`` in a live kernel; a note in the static book."""
+    from IPython.display import Markdown, display
+
+    if in_book_build():
+        display(Markdown("*Live sliders appear here when this notebook runs in Jupyter or Colab; "
+                         "the slider figure above works in this page without a kernel.*"))
+        return None
+    import ipywidgets
+
+    return ipywidgets.interact(function, **controls)
