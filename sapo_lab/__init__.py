@@ -16,7 +16,7 @@ from .gates import (
     update_coefficient,
 )
 from .losses import LOSS_TYPES, PolicyLossOutput, policy_loss, sapo_token_surrogate
-from .masks import aggregation_weights, masked_mean, response_lengths
+from .masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
 
 __version__ = "0.1.0"
 
@@ -32,6 +32,7 @@ __all__ = [
     "group_advantages",
     "log_gate_weight",
     "log_update_coefficient_from_log_ratio",
+    "mask_from_lengths",
     "masked_mean",
     "policy_loss",
     "ppo_clip_derivative",

@@ -23,13 +23,14 @@ def ppo_clip_surrogate(ratio, adv, eps_low: float = 0.2, eps_high: float = 0.2) 
 
 
 def clip_is_active(ratio, adv, eps_low: float = 0.2, eps_high: float = 0.2) -> torch.Tensor:
-    """Where the clipped surrogate still has a gradient in r (boolean tensor).
+    """True where the clipped surrogate still passes a gradient in r (the clip is *not* binding).
 
     For A > 0 the surrogate is A * min(r, 1 + eps_high): live while r < 1 + eps_high.
     For A < 0 it is A * max(r, 1 - eps_low): live while r > 1 - eps_low.
     For A = 0 the derivative is 0 everywhere; we report it as inactive.
-    Exactly at a boundary the one-sided derivatives differ; we use the convention of
-    torch's min/clamp (the clipped branch), i.e. inactive.
+    Exactly at a boundary the one-sided derivatives differ; we count the boundary as
+    clipped (no gradient), as :func:`sapo_lab.policy_loss` does. (Plain autograd through
+    :func:`ppo_clip_surrogate` happens to pass the full gradient at that tie.)
     """
     check_clip_eps(eps_low, eps_high)
     r = _as_tensor(ratio)

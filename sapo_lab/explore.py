@@ -22,13 +22,17 @@ def in_book_build() -> bool:
 
 def slider_figure(x, values: Sequence, curves: Callable, *, slider_label: str, title: str = "",
                   xaxis_title: str = "", yaxis_title: str = "", initial_index: int = 0,
-                  static_traces: Sequence = (), yaxis_range=None, mode: str = "lines"):
+                  static_traces: Sequence = (), yaxis_range=None, mode: str = "lines",
+                  labels: Sequence[str] | None = None):
     """A plotly figure with one slider position per entry of ``values``.
 
     ``curves(value) -> list[(name, y)]`` gives the curves drawn at that slider value;
     every position must return the same number of curves. ``static_traces`` are
-    ``(name, y)`` pairs shown at every position (e.g. a reference curve).
+    ``(name, y)`` pairs shown at every position (e.g. a reference curve). ``labels``
+    names the slider positions (default: the values themselves).
     """
+    if labels is not None and len(labels) != len(values):
+        raise ValueError("labels must have one entry per slider value")
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -49,7 +53,10 @@ def slider_figure(x, values: Sequence, curves: Callable, *, slider_label: str, t
     steps = []
     for i, v in enumerate(values):
         visible = [i * per_step <= k < (i + 1) * per_step for k in range(n_dynamic)] + [True] * len(static_traces)
-        label = f"{v:g}" if isinstance(v, (int, float)) else str(v)
+        if labels is not None:
+            label = labels[i]
+        else:
+            label = f"{v:g}" if isinstance(v, (int, float)) else str(v)
         steps.append(dict(method="restyle", args=[{"visible": visible}], label=label))
     fig.update_layout(
         title=title, xaxis_title=xaxis_title, yaxis_title=yaxis_title, template="plotly_white",

@@ -25,6 +25,14 @@ def check_mask(mask: torch.Tensor) -> torch.Tensor:
     return m != 0
 
 
+def mask_from_lengths(lengths, num_tokens: int) -> torch.Tensor:
+    """Right-padded 0/1 mask (as bool) with ``lengths[i]`` valid tokens in row i."""
+    lengths = torch.as_tensor(lengths)
+    if lengths.ndim != 1 or bool((lengths < 0).any()) or bool((lengths > num_tokens).any()):
+        raise ValueError(f"lengths must be a 1-D sequence of integers in [0, {num_tokens}], got {lengths.tolist()}")
+    return torch.arange(num_tokens)[None, :] < lengths[:, None]
+
+
 def response_lengths(mask: torch.Tensor) -> torch.Tensor:
     """Valid tokens per response, L_i = sum_t m_{i,t}."""
     return mask.to(torch.int64).sum(dim=-1)

@@ -1,0 +1,49 @@
+# Two commands for a fresh Linux machine with Python 3.11+: `make book` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BOOK_FLAGS := -W -n --keep-going
+NOTEBOOKS := $(wildcard book/*.ipynb)
+
+.PHONY: venv static book book-html lint unit nbval browser test train clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+static: venv
+	$(BIN)/python tools/vendor_static.py
+
+# Executes every chapter (SAPO_LAB_BOOK=1 makes figures use the book's own plotly.js).
+book-html: static
+	rm -rf _build/html _build/jupyter_execute
+	SAPO_LAB_BOOK=1 PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter-book build . $(BOOK_FLAGS)
+
+book: book-html
+	@echo "Book: $(abspath _build/html/index.html)"
+
+lint: venv
+	$(BIN)/ruff check .
+
+unit: venv
+	$(BIN)/python -m pytest -q -m "not browser"
+
+nbval: venv
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
+
+browser: venv
+	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
+
+test: lint unit nbval book-html browser
+
+train: venv
+	$(BIN)/python -m sapo_lab train --config cpu-tiny
+
+clean:
+	rm -rf _build book/_static/mathjax book/_static/plotly.min.js

@@ -1,0 +1,253 @@
+"""``python -m sapo_lab train|eval|sample|compare --config PRESET_OR_FILE [--output-dir DIR] [--key value ...]``.
+
+``--key value`` overrides any config field, by dotted path (``--loss.loss_type grpo``)
+or by its unique leaf name (``--loss_type grpo``). User mistakes print one line on
+stderr and exit with status 2; a diverged run exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .config import load_config
+
+
+class UsageError(ValueError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2, no usage dump
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sapo_lab", description="Train and evaluate GPT-2 policies with SAPO / GRPO / GSPO.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, help_ in (
+        ("train", "cold start, then RL; writes summary.json"),
+        ("eval", "held-out Pass@1 / pass@k / greedy accuracy of a model"),
+        ("sample", "print a few sampled answers with the verifier's verdicts"),
+        ("compare", "train several loss types and seeds; write one results table"),
+    ):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("--config", default="cpu-tiny", help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file")
+        sp.add_argument("--output-dir", default=None, help="run directory (default: runs/<command>-...)")
+        if name == "train":
+            sp.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
+        if name in ("eval", "sample"):
+            sp.add_argument(
+                "--model",
+                dest="model_path",
+                default=None,
+                help="model directory or hub name (default: the config's model, cold-started)",
+            )
+            sp.add_argument("--split", default="eval", choices=("train", "dev", "eval"))
+        if name == "sample":
+            sp.add_argument("--num", type=int, default=8, help="number of prompts to show")
+        if name == "compare":
+            sp.add_argument("--loss-types", default="sapo,grpo,gspo")
+            sp.add_argument("--seeds", default="0,1,2")
+    return p
+
+
+def parse_overrides(rest: list[str]) -> dict:
+    """``['--loss_type', 'grpo', '--seed=3']`` -> ``{'loss_type': 'grpo', 'seed': '3'}``."""
+    out, i = {}, 0
+    while i < len(rest):
+        tok = rest[i]
+        if not tok.startswith("--") or tok == "--":
+            raise UsageError(f"unexpected argument {tok!r}; overrides are --key value")
+        key = tok[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
+                raise UsageError(f"override --{key} needs a value")
+            value = rest[i + 1]
+            i += 2
+        out[key] = value
+    return out
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _fmt_ci(p, ci) -> str:
+    return f"{100 * p:5.1f}% [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def print_table(rows: list[dict], file=None) -> None:
+    file = file or sys.stdout
+    head = f"{'loss_type':<10}{'seed':>5}  {'cold-start Pass@1':<24}{'final Pass@1':<24}{'gain':>7}{'train s':>9}"
+    print(head, file=file)
+    print("-" * len(head), file=file)
+    for r in rows:
+        print(
+            f"{r['loss_type']:<10}{r['seed']:>5}  {_fmt_ci(r['cold_start_pass1'], r['cold_start_pass1_ci95']):<24}"
+            f"{_fmt_ci(r['final_pass1'], r['final_pass1_ci95']):<24}{100 * r['pass1_gain']:>+6.1f}"
+            f"{r['train_wall_s']:>9.1f}",
+            file=file,
+        )
+
+
+def _default_dir(command: str, cfg) -> str:
+    return os.path.join("runs", f"{command}-{cfg.loss.loss_type}-seed{cfg.seed}")
+
+
+def cmd_train(args, overrides) -> int:
+    from .trainer import train
+
+    cfg = load_config(args.config, overrides)
+    run_dir = args.output_dir or _default_dir("train", cfg)
+    summary = train(cfg, run_dir, resume=args.resume, log=_log)
+    if summary["status"] == "interrupted":
+        return 130
+    print_table([summary])
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def _model_for(args, cfg):
+    import torch
+
+    from .coldstart import get_cold_start
+    from .device import resolve_device
+    from .model import load_model_and_tokenizer
+    from .trainer import splits_for
+
+    device = resolve_device(cfg.device)
+    splits = splits_for(cfg)
+    if args.model_path:
+        model, tok = load_model_and_tokenizer(args.model_path)
+        model.to(device)
+    else:
+        model, tok, _ = get_cold_start(cfg, splits, device, log=_log)
+    torch.manual_seed(cfg.seed)
+    return model.eval(), tok, splits
+
+
+def cmd_eval(args, overrides) -> int:
+    from .trainer import held_out_eval
+
+    cfg = load_config(args.config, overrides)
+    model, tok, splits = _model_for(args, cfg)
+    res = held_out_eval(model, tok, cfg, splits[args.split])
+    print(
+        f"Pass@1 ({res['num_samples']} samples/prompt, T={res['temperature']}): "
+        f"{_fmt_ci(res['pass1'], res['pass1_ci95'])}"
+    )
+    for k in cfg.evaluation.pass_k:
+        if k > 1:
+            print(f"pass@{k} (unbiased): {100 * res[f'pass@{k}']:.1f}%")
+    if "greedy_accuracy" in res:
+        print(f"greedy accuracy: {100 * res['greedy_accuracy']:.1f}%")
+    for d, v in res["by_difficulty"].items():
+        print(f"  {d}-digit: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        with open(os.path.join(args.output_dir, "eval.json"), "w") as f:
+            json.dump(res, f, indent=2)
+    return 0
+
+
+def cmd_sample(args, overrides) -> int:
+    import torch
+
+    from .rollout import rollout
+
+    cfg = load_config(args.config, overrides)
+    if args.num < 1:
+        raise UsageError(f"--num must be >= 1, got {args.num}")
+    model, tok, splits = _model_for(args, cfg)
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(cfg.seed)
+    batch = rollout(
+        model,
+        tok,
+        splits[args.split][: args.num],
+        num_generations=1,
+        max_completion_length=cfg.rollout.max_completion_length,
+        temperature=cfg.rollout.temperature,
+        generator=gen,
+    )
+    for ep in batch.episodes:
+        print(f"{ep.problem.prompt}{ep.completion!s:<8} expected {ep.problem.answer:<6} {ep.reason}")
+    return 0
+
+
+def cmd_compare(args, overrides) -> int:
+    from .trainer import train
+
+    loss_types = [s for s in args.loss_types.split(",") if s]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    if not loss_types or not seeds:
+        raise UsageError("--loss-types and --seeds must each name at least one value")
+    configs = [
+        (lt, s, load_config(args.config, {**overrides, "loss_type": lt, "seed": s})) for lt in loss_types for s in seeds
+    ]  # validate every config before training any
+    out_dir = args.output_dir or os.path.join("runs", f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    rows = []
+    for lt, s, cfg in configs:
+        summary = train(cfg, os.path.join(out_dir, f"{lt}-seed{s}"), log=_log)
+        if summary["status"] == "interrupted":
+            return 130
+        rows.append(
+            {
+                k: summary[k]
+                for k in (
+                    "loss_type",
+                    "seed",
+                    "cold_start_pass1",
+                    "cold_start_pass1_ci95",
+                    "final_pass1",
+                    "final_pass1_ci95",
+                    "pass1_gain",
+                    "train_wall_s",
+                    "final_greedy_accuracy",
+                )
+            }
+        )
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    with open(os.path.join(out_dir, "results.txt"), "w") as f:
+        print_table(rows, file=f)
+    print_table(rows)
+    print(f"results: {os.path.join(out_dir, 'results.json')}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sample": cmd_sample, "compare": cmd_compare}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .trainer import TrainingDiverged
+
+    argv = sys.argv[1:] if argv is None else argv
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar
+    try:
+        args, rest = _parser().parse_known_args(argv)
+        overrides = parse_overrides(rest)
+        return COMMANDS[args.command](args, overrides)
+    except TrainingDiverged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (UsageError, ValueError) as exc:
+        if os.environ.get("SAPO_LAB_DEBUG"):
+            raise
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,255 @@
+"""Rollouts (Algorithm 1): sample G responses per prompt and keep the bookkeeping explicit.
+
+The behavior policy is the model as it is when sampling starts; its log-probs are
+taken from the very forward pass that sampled each token (at the sampling
+temperature), so no second "old policy" pass and no model copy are needed. Sampling
+uses the KV cache: each new token costs one single-position forward.
+
+Layout of every tensor over a batch of N = num_prompts * G responses:
+columns ``[0, prompt_width)`` hold the left-padded prompt, columns
+``[prompt_width, prompt_width + T)`` the response, right-padded after EOS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .model import position_ids_from_mask
+from .task import Problem, verify
+
+
+@dataclass
+class Episode:
+    """One sampled response and how the verifier judged it."""
+
+    problem: Problem
+    completion: str
+    completion_ids: list[int]
+    finished: bool  # EOS produced within the length limit
+    reward: float
+    reason: str
+    group: int  # index of the prompt within its rollout batch
+
+
+@dataclass
+class MiniBatch:
+    """What one optimizer step of Algorithm 2 reads: fixed advantages and behavior log-probs."""
+
+    input_ids: torch.Tensor  # (n, P+T)
+    attention_mask: torch.Tensor  # (n, P+T)
+    response_mask: torch.Tensor  # (n, P+T), 1 on response tokens incl. EOS
+    behavior_logp: torch.Tensor  # (n, T)
+    advantages: torch.Tensor  # (n,)
+    ref_logp: torch.Tensor | None = None  # (n, T), only with a KL penalty
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        """(n, T) mask over the response columns, aligned with ``behavior_logp``."""
+        return self.response_mask[:, -self.behavior_logp.shape[1] :]
+
+
+@dataclass
+class RolloutBatch:
+    """All responses of one rollout step, G consecutive rows per prompt."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    behavior_logp: torch.Tensor
+    rewards: torch.Tensor  # (N,)
+    num_generations: int
+    episodes: list[Episode] = field(default_factory=list)
+    entropy: torch.Tensor | None = None  # (N, T) per-token entropy at sampling
+    advantages: torch.Tensor | None = None  # (N,), set by the trainer
+    ref_logp: torch.Tensor | None = None
+    sample_s: float = 0.0  # wall time inside the sampling loop (model time, for the overhead budget)
+
+    @property
+    def num_responses(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.response_mask[:, -self.behavior_logp.shape[1] :]
+
+    def grouped_rewards(self) -> torch.Tensor:
+        """Rewards shaped (num_prompts, G) for ``group_advantages``."""
+        return self.rewards.view(-1, self.num_generations)
+
+    def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> list[MiniBatch]:
+        """Split the responses into K minibatches (shuffled when a generator is given).
+
+        Minibatch k is trained after k optimizer steps on the same rollout, so for k > 0
+        the data is genuinely off-policy.
+        """
+        if self.advantages is None:
+            raise ValueError("advantages are not set; compute them before splitting into minibatches")
+        n = self.num_responses
+        if not 1 <= num_minibatches <= n:
+            raise ValueError(f"num_minibatches must be in [1, {n}] for {n} responses, got {num_minibatches}")
+        order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+        order = order.to(self.input_ids.device)
+        out = []
+        for idx in torch.tensor_split(order, num_minibatches):
+            out.append(
+                MiniBatch(
+                    input_ids=self.input_ids[idx],
+                    attention_mask=self.attention_mask[idx],
+                    response_mask=self.response_mask[idx],
+                    behavior_logp=self.behavior_logp[idx],
+                    advantages=self.advantages[idx],
+                    ref_logp=None if self.ref_logp is None else self.ref_logp[idx],
+                )
+            )
+        return out
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA, nothing on CPU: one code path for both."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def encode_prompts(tokenizer, prompts: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+@torch.no_grad()
+def sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+):
+    """Sample continuations with the KV cache.
+
+    ``temperature == 0`` means greedy. Returns ``(completion_ids, completion_mask,
+    logp, entropy, finished)`` with completions (N, T), T <= max_new_tokens; the mask
+    covers tokens up to and including EOS; ``logp``/``entropy`` are from the sampling
+    distribution (temperature-scaled logits; at T=0 the unscaled ones).
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    was_training = model.training
+    model.eval()
+    device = prompt_ids.device
+    n = prompt_ids.shape[0]
+    attn = prompt_mask.clone()
+    pos = position_ids_from_mask(attn)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    toks, masks, logps, ents = [], [], [], []
+    past = None
+    step_ids, step_pos = prompt_ids, pos
+    try:
+        for _ in range(max_new_tokens):
+            with autocast_for(device):
+                out = model(
+                    input_ids=step_ids,
+                    attention_mask=attn,
+                    position_ids=step_pos,
+                    cache=past,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+            past = out.cache
+            logits = out.logits[:, -1, :].float()
+            if not bool(torch.isfinite(logits).all()):
+                raise FloatingPointError("the policy produced NaN or inf logits while sampling")
+            if temperature > 0:
+                logits = logits / temperature
+            logp_all = F.log_softmax(logits, dim=-1)
+            if temperature > 0:
+                nxt = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+            else:
+                nxt = logits.argmax(-1)
+            alive = ~done
+            nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_token_id))
+            toks.append(nxt)
+            masks.append(alive)
+            zero = torch.zeros_like(logits[:, 0])
+            logps.append(torch.where(alive, logp_all.gather(-1, nxt[:, None]).squeeze(-1), zero))
+            ents.append(torch.where(alive, -(logp_all.exp() * logp_all).sum(-1), zero))
+            done = done | (alive & (nxt == eos_token_id))
+            if bool(done.all()):
+                break
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+            step_ids = nxt[:, None]
+            step_pos = step_pos[:, -1:] + 1
+    finally:
+        model.train(was_training)
+    return (
+        torch.stack(toks, 1),
+        torch.stack(masks, 1).long(),
+        torch.stack(logps, 1),
+        torch.stack(ents, 1),
+        done,
+    )
+
+
+def rollout(
+    model,
+    tokenizer,
+    problems: list[Problem],
+    *,
+    num_generations: int,
+    max_completion_length: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    device=None,
+) -> RolloutBatch:
+    """Sample ``num_generations`` responses per problem, verify them, and pack a RolloutBatch."""
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    prompts = [p.prompt for p in problems for _ in range(num_generations)]
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    t0 = time.perf_counter()
+    comp, comp_mask, logp, ent, finished = sample(
+        model,
+        prompt_ids,
+        prompt_mask,
+        max_new_tokens=max_completion_length,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=temperature,
+        generator=generator,
+    )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    sample_s = time.perf_counter() - t0
+    episodes, rewards = [], []
+    comp_cpu, mask_cpu, fin_cpu = comp.cpu().tolist(), comp_mask.cpu().tolist(), finished.cpu().tolist()
+    for i, (ids, m, fin) in enumerate(zip(comp_cpu, mask_cpu, fin_cpu, strict=True)):
+        ids = [t for t, keep in zip(ids, m, strict=True) if keep]
+        body = ids[:-1] if fin else ids  # the text before EOS
+        # Special tokens stay in the text, so that e.g. a sampled <unk> makes the answer invalid.
+        text = tokenizer.decode(body, skip_special_tokens=False)
+        problem = problems[i // num_generations]
+        reward, reason = verify(text, fin, problem)
+        rewards.append(reward)
+        episodes.append(Episode(problem, text, ids, fin, reward, reason, i // num_generations))
+    return RolloutBatch(
+        input_ids=torch.cat([prompt_ids, comp], 1),
+        attention_mask=torch.cat([prompt_mask, comp_mask], 1),
+        response_mask=torch.cat([torch.zeros_like(prompt_mask), comp_mask], 1),
+        behavior_logp=logp,
+        rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
+        num_generations=num_generations,
+        episodes=episodes,
+        entropy=ent,
+        sample_s=sample_s,
+    )

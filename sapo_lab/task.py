@@ -1,0 +1,106 @@
+"""A verifiable arithmetic task: fixed-width addition with a reversed-digit answer.
+
+With ``max_digits = 3``, 47 + 385 is the prompt ``"047+385="`` and the answer is
+``"2340"`` (the sum 0432 written least-significant digit first), then the
+end-of-sequence token. Zero-padded operands put every digit at a fixed position, and
+writing the sum from its lowest digit lets a causal model emit each digit after the
+carry it depends on. The format is part of the task, not a trick of the verifier.
+
+Problems come from a seed. The three splits are disjoint and frozen: ``train`` for
+rollouts, ``dev`` for tuning and per-step monitoring, ``eval`` only for reporting.
+
+Verifier rules (declared, in order):
+
+1. ``truncated``: no EOS within ``max_completion_length`` tokens -> reward 0.
+2. The answer is the decoded text before EOS with surrounding whitespace removed.
+3. ``invalid``: empty, or any character other than a digit -> reward 0.
+4. ``correct``: exactly the canonical answer (``max_digits + 1`` reversed digits)
+   -> reward 1; otherwise ``wrong`` -> reward 0 (a numerically equal answer of
+   another width is ``wrong``: the format is part of the task).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+REASONS = ("correct", "wrong", "invalid", "truncated")
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str  # canonical answer text, without EOS
+    difficulty: int  # number of digits of the larger operand
+
+
+def reversed_sum(a: int, b: int, width: int) -> str:
+    """The sum zero-padded to ``width + 1`` digits, least-significant digit first."""
+    return str(a + b).zfill(width + 1)[::-1]
+
+
+def make_problem(a: int, b: int, width: int) -> Problem:
+    if a < 0 or b < 0 or max(a, b) >= 10**width:
+        raise ValueError(f"operands must be in [0, 10**{width}), got {a}, {b}")
+    return Problem(
+        prompt=f"{a:0{width}d}+{b:0{width}d}=",
+        answer=reversed_sum(a, b, width),
+        difficulty=max(len(str(a)), len(str(b))),
+    )
+
+
+def make_splits(
+    seed: int = 0,
+    min_digits: int = 1,
+    max_digits: int = 3,
+    num_train: int = 20000,
+    num_dev: int = 256,
+    num_eval: int = 512,
+) -> dict[str, list[Problem]]:
+    """Disjoint train/dev/eval problem lists, a pure function of the arguments.
+
+    Operand digit counts are drawn uniformly in [min_digits, max_digits] so that each
+    difficulty is equally represented; pairs are unique across all splits.
+    """
+    if not 1 <= min_digits <= max_digits <= 9:
+        raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {min_digits}, {max_digits}")
+    for name, n in (("num_train", num_train), ("num_dev", num_dev), ("num_eval", num_eval)):
+        if n < 1:
+            raise ValueError(f"{name} must be >= 1, got {n}")
+    total = num_train + num_dev + num_eval
+    space = sum((10**d - (0 if d == 1 else 10 ** (d - 1))) for d in range(min_digits, max_digits + 1)) ** 2
+    if total > space * 0.9:  # rejection sampling of unique pairs needs slack
+        raise ValueError(f"{total} problems requested but only {space} distinct pairs exist; use more digits")
+    rng = random.Random(f"sapo-lab-addition-{seed}")
+    seen: set[tuple[int, int]] = set()
+    problems: list[Problem] = []
+
+    def draw(digits: int) -> int:
+        lo = 0 if digits == 1 else 10 ** (digits - 1)
+        return rng.randrange(lo, 10**digits)
+
+    while len(problems) < total:
+        a = draw(rng.randint(min_digits, max_digits))
+        b = draw(rng.randint(min_digits, max_digits))
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        problems.append(make_problem(a, b, max_digits))
+    # Eval first, so that changing num_train never changes the untouched evaluation set.
+    return {
+        "eval": problems[:num_eval],
+        "dev": problems[num_eval : num_eval + num_dev],
+        "train": problems[num_eval + num_dev :],
+    }
+
+
+def verify(completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
+    """(reward, reason) for one completion. ``finished``: EOS was produced in time."""
+    if not finished:
+        return 0.0, "truncated"
+    answer = completion_text.strip()
+    if not answer or not answer.isdigit() or not answer.isascii():
+        return 0.0, "invalid"
+    if answer == problem.answer:
+        return 1.0, "correct"
+    return 0.0, "wrong"
