@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 LOG_4 = math.log(4.0)
 
@@ -56,13 +55,22 @@ def centered_soft_gate(ratio, tau) -> torch.Tensor:
     return (2.0 / tau) * torch.tanh(tau * (r - 1.0) / 2.0)
 
 
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + e^x) = max(x, 0) + log1p(e^-|x|), exact for every x.
+
+    ``torch.nn.functional.softplus`` returns x itself above a threshold of 20, an
+    approximation whose relative error (about e^-20) would show up in w.
+    """
+    return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
+
+
 def log_gate_weight(ratio, tau) -> torch.Tensor:
     """log w_tau(r) = log 4 - softplus(u) - softplus(-u), finite for every finite u."""
     check_temperature(tau)
     r = _as_tensor(ratio)
     tau = _as_tensor(tau, r)
     u = tau * (r - 1.0)
-    return LOG_4 - F.softplus(u) - F.softplus(-u)
+    return LOG_4 - softplus(u) - softplus(-u)
 
 
 def gate_weight(ratio, tau) -> torch.Tensor:

@@ -119,7 +119,7 @@ def _quantiles(x: torch.Tensor, prefix: str, qs=(0.05, 0.5, 0.95)) -> dict:
     if x.numel() == 0:
         return {f"{prefix}_q{round(q * 100):02d}": float("nan") for q in qs}
     vals = torch.quantile(x.double(), torch.tensor(qs, dtype=torch.float64, device=x.device))
-    return {f"{prefix}_q{round(q * 100):02d}": float(v) for q, v in zip(qs, vals)}
+    return {f"{prefix}_q{round(q * 100):02d}": float(v) for q, v in zip(qs, vals, strict=True)}
 
 
 def policy_loss(
