@@ -161,7 +161,9 @@ def policy_loss(
     max_log_ratio, max_log_ratio_policy :
         Tokens (or, at sequence level, responses) with ``|log ratio| > max_log_ratio``
         are counted in ``stats["beyond_max_log_ratio"]``; ``"record"`` keeps them,
-        ``"skip"`` removes them from the loss (counted in ``stats["skipped_tokens"]``),
+        ``"skip"`` removes them from the loss (counted in ``stats["skipped_tokens"]``;
+        the response's valid length L_i shrinks accordingly, so with ``per_response``
+        its remaining tokens weigh more),
         ``"error"`` raises ``ValueError``. Nothing is ever clamped silently.
     compute_stats : skip the diagnostics (quantiles etc.) when False.
     """

@@ -29,7 +29,13 @@ def product_without_stop_gradient(logp, behavior_logp, advantages, mask, tau_pos
 
 
 def fully_detached_weight(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=None):
-    """Loss -sg(A r w(r)) * logp: right first derivative, wrong value and wrong second derivative."""
+    """Loss -sg(A r w(r)) * logp: right first derivative, wrong value and wrong second derivative.
+
+    :func:`sapo_lab.gradient_audit` flags it through its finite-difference column:
+    a finite difference knows nothing of stop-gradients, so it also differentiates the
+    weight and disagrees with autograd. The scalar this returns is not a function
+    whose derivative is the update it applies.
+    """
     tau_neg = tau_pos if tau_neg is None else tau_neg
     a, tau = _adv_tau(advantages, logp, tau_pos, tau_neg)
     coef = update_coefficient(torch.exp(logp.detach() - behavior_logp.detach()), tau)
@@ -37,7 +43,11 @@ def fully_detached_weight(logp, behavior_logp, advantages, mask, tau_pos=1.0, ta
 
 
 def average_over_padding(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=None):
-    """Correct SAPO token losses, but divided by the padded length instead of L_i."""
+    """Correct SAPO token losses, but divided by the padded length instead of L_i.
+
+    A single-token audit cannot see this mistake (there is no padding); it shows on
+    batches with unequal lengths.
+    """
     from .losses import sapo_token_surrogate
 
     tau_neg = tau_pos if tau_neg is None else tau_neg
