@@ -18,9 +18,47 @@ from .gates import (
 from .losses import LOSS_TYPES, PolicyLossOutput, policy_loss, sapo_token_surrogate
 from .masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
 
+# The training stack imports transformers, which is slow to load; the loss library does not
+# need it, so these names are resolved on first use (PEP 562). The sampling function stays
+# sapo_lab.rollout.rollout: the name sapo_lab.rollout is the submodule.
+_LAZY = {
+    "TrainConfig": "config", "load_config": "config",
+    "evaluate": "evaluation", "pass_at_k": "evaluation",
+    "build_model": "model", "load_model_and_tokenizer": "model", "response_logprobs": "model",
+    "Episode": "rollout", "MiniBatch": "rollout", "RolloutBatch": "rollout",
+    "make_splits": "task", "verify": "task",
+    "build_char_tokenizer": "tokenizer",
+    "train": "trainer",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sapo_lab' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Episode",
+    "MiniBatch",
+    "RolloutBatch",
+    "TrainConfig",
+    "build_char_tokenizer",
+    "build_model",
+    "evaluate",
+    "load_config",
+    "load_model_and_tokenizer",
+    "make_splits",
+    "pass_at_k",
+    "response_logprobs",
+    "train",
+    "verify",
     "AuditTable",
     "LOSS_TYPES",
     "PolicyLossOutput",

@@ -37,6 +37,14 @@ def _parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("--config", default="cpu-tiny", help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file")
         sp.add_argument("--output-dir", default=None, help="run directory (default: runs/<command>-...)")
+        if name in ("train", "compare"):
+            sp.add_argument(
+                "--model",
+                dest="model_path",
+                default=None,
+                help="policy to start from: a size name, a Hugging Face model directory or hub name "
+                "(same as --model.name_or_path)",
+            )
         if name == "train":
             sp.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
         if name in ("eval", "sample"):
@@ -139,17 +147,14 @@ def cmd_eval(args, overrides) -> int:
     cfg = load_config(args.config, overrides)
     model, tok, splits = _model_for(args, cfg)
     res = held_out_eval(model, tok, cfg, splits[args.split])
-    print(
-        f"Pass@1 ({res['num_samples']} samples/prompt, T={res['temperature']}): "
-        f"{_fmt_ci(res['pass1'], res['pass1_ci95'])}"
-    )
+    print(f"Pass@1 ({res['num_samples']} samples/prompt, T={res['temperature']}): {_fmt_ci(res['pass1'], res['pass1_ci95'])}")
     for k in cfg.evaluation.pass_k:
         if k > 1:
             print(f"pass@{k} (unbiased): {100 * res[f'pass@{k}']:.1f}%")
     if "greedy_accuracy" in res:
         print(f"greedy accuracy: {100 * res['greedy_accuracy']:.1f}%")
     for d, v in res["by_difficulty"].items():
-        print(f"  {d}-digit: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
+        print(f"  {d} carries: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, "eval.json"), "w") as f:
@@ -239,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, rest = _parser().parse_known_args(argv)
         overrides = parse_overrides(rest)
+        if args.command in ("train", "compare") and args.model_path:
+            overrides["model.name_or_path"] = args.model_path
         return COMMANDS[args.command](args, overrides)
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)

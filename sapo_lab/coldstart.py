@@ -34,7 +34,7 @@ def cold_start_key(cfg) -> str:
         "seed": cfg.seed,
         "max_completion_length": cfg.rollout.max_completion_length,
         "temperature": cfg.rollout.temperature,
-        "version": 1,
+        "version": 3,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 

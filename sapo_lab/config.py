@@ -46,7 +46,7 @@ class ColdStartConfig:
     max_updates: int = 3000  # 0 skips the cold start (e.g. for an already fine-tuned --model)
     batch_size: int = 64
     sft_learning_rate: float = 2e-3
-    target_pass1: float = 0.25
+    target_pass1: float = 0.3
     eval_every: int = 20
     cache_dir: str = "runs/_coldstart"  # "" disables the cache
 
@@ -61,7 +61,7 @@ class RolloutConfig:
 
 @dataclass
 class OptimizationConfig:
-    max_steps: int = 300  # rollout steps; each makes steps_per_generation optimizer steps
+    max_steps: int = 600  # rollout steps; each makes steps_per_generation optimizer steps
     steps_per_generation: int = 4  # K update minibatches per rollout batch (the paper's 4)
     learning_rate: float = 2e-4
     lr_scheduler_type: str = "constant_with_warmup"
@@ -71,6 +71,10 @@ class OptimizationConfig:
     adam_beta2: float = 0.99
     max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still logged)
     beta: float = 0.0  # KL coefficient to the cold-start reference; 0 = off, no reference kept
+    # Responses with advantage 0 contribute exactly nothing to the policy gradient, so (when
+    # beta = 0) they are left out of the forward/backward and the loss is rescaled to the full
+    # minibatch's normalisation: the same update for less compute.
+    skip_zero_advantage: bool = True
 
 
 @dataclass

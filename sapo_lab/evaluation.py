@@ -115,9 +115,7 @@ def evaluate(
     by_diff = defaultdict(list)
     for p, rate in zip(problems, rates, strict=True):
         by_diff[p.difficulty].append(rate)
-    out["by_difficulty"] = {
-        str(d): {"pass1": sum(v) / len(v), "num_prompts": len(v)} for d, v in sorted(by_diff.items())
-    }
+    out["by_difficulty"] = {str(d): {"pass1": sum(v) / len(v), "num_prompts": len(v)} for d, v in sorted(by_diff.items())}
     if greedy:
         g_rewards, _ = generate_answers(
             model, tokenizer, problems, num_samples=1, temperature=0.0, max_completion_length=max_completion_length

@@ -29,14 +29,21 @@ MODEL_SIZES = {
 
 
 def build_model(size: str = "cpu-tiny", vocab_size: int | None = None, seed: int | None = None) -> GPT2LMHeadModel:
-    """A freshly initialised GPT-2 of a named size (see ``MODEL_SIZES``)."""
+    """A freshly initialised GPT-2 of a named size (see ``MODEL_SIZES``), dropout off.
+
+    ``vocab_size`` defaults to the character tokenizer's for the CPU sizes and to
+    GPT-2's 50257 for ``gpu-gpt2-small``; ``seed`` seeds torch before initialising.
+    """
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown model size {size!r}; known sizes: {sorted(MODEL_SIZES)}")
     spec = dict(MODEL_SIZES[size])
     if vocab_size is not None:
         spec["vocab_size"] = vocab_size
+    elif "vocab_size" not in spec:  # the CPU sizes are made for the character tokenizer
+        spec["vocab_size"] = len(build_char_tokenizer())
     cfg = GPT2Config(
         **spec,
+        activation_function="gelu_pytorch_tanh",  # GPT-2's tanh GELU as one fused kernel
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
@@ -70,9 +77,7 @@ def load_model_and_tokenizer(path_or_name: str = "cpu-tiny", seed: int | None = 
         return build_model(path_or_name, vocab_size=vocab, seed=seed), tok
     if not os.path.isdir(path_or_name) and (path_or_name.startswith((".", "/")) or os.sep in path_or_name.strip("/")):
         if not os.path.exists(path_or_name):
-            raise ValueError(
-                f"model path {path_or_name!r} does not exist (and it is not a size: {sorted(MODEL_SIZES)})"
-            )
+            raise ValueError(f"model path {path_or_name!r} does not exist (and it is not a size: {sorted(MODEL_SIZES)})")
     try:
         tok = AutoTokenizer.from_pretrained(path_or_name)
         model = AutoModelForCausalLM.from_pretrained(path_or_name, use_safetensors=True)

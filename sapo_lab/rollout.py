@@ -52,6 +52,17 @@ class MiniBatch:
         """(n, T) mask over the response columns, aligned with ``behavior_logp``."""
         return self.response_mask[:, -self.behavior_logp.shape[1] :]
 
+    def select(self, rows: torch.Tensor) -> MiniBatch:
+        """The rows picked by an index or boolean tensor."""
+        return MiniBatch(
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            response_mask=self.response_mask[rows],
+            behavior_logp=self.behavior_logp[rows],
+            advantages=self.advantages[rows],
+            ref_logp=None if self.ref_logp is None else self.ref_logp[rows],
+        )
+
 
 @dataclass
 class RolloutBatch:
@@ -132,8 +143,13 @@ def sample(
     pad_token_id: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    num_samples_per_prompt: int = 1,
 ):
     """Sample continuations with the KV cache.
+
+    With ``num_samples_per_prompt = G`` each prompt is run through the model once and
+    its cache is copied G times (rows ``i*G .. i*G+G-1`` continue prompt i), which
+    saves the repeated prompt forwards of a group.
 
     ``temperature == 0`` means greedy. Returns ``(completion_ids, completion_mask,
     logp, entropy, finished)`` with completions (N, T), T <= max_new_tokens; the mask
@@ -147,19 +163,22 @@ def sample(
     was_training = model.training
     model.eval()
     device = prompt_ids.device
-    n = prompt_ids.shape[0]
-    attn = prompt_mask.clone()
-    pos = position_ids_from_mask(attn)
+    g = int(num_samples_per_prompt)
+    if g < 1:
+        raise ValueError(f"num_samples_per_prompt must be >= 1, got {num_samples_per_prompt}")
+    n = prompt_ids.shape[0] * g
+    attn = prompt_mask.repeat_interleave(g, dim=0)
+    pos = position_ids_from_mask(prompt_mask)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     toks, masks, logps, ents = [], [], [], []
     past = None
-    step_ids, step_pos = prompt_ids, pos
+    step_ids, step_pos, step_attn = prompt_ids, pos, prompt_mask
     try:
-        for _ in range(max_new_tokens):
+        for i in range(max_new_tokens):
             with autocast_for(device):
                 out = model(
                     input_ids=step_ids,
-                    attention_mask=attn,
+                    attention_mask=step_attn,
                     position_ids=step_pos,
                     cache=past,
                     use_cache=True,
@@ -167,6 +186,10 @@ def sample(
                 )
             past = out.cache
             logits = out.logits[:, -1, :].float()
+            if i == 0 and g > 1:  # share the prompt forward across the group
+                past.batch_repeat_interleave(g)
+                logits = logits.repeat_interleave(g, dim=0)
+                step_pos = step_pos.repeat_interleave(g, dim=0)
             if not bool(torch.isfinite(logits).all()):
                 raise FloatingPointError("the policy produced NaN or inf logits while sampling")
             if temperature > 0:
@@ -187,7 +210,7 @@ def sample(
             if bool(done.all()):
                 break
             attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            step_ids = nxt[:, None]
+            step_ids, step_attn = nxt[:, None], attn
             step_pos = step_pos[:, -1:] + 1
     finally:
         model.train(was_training)
@@ -215,13 +238,13 @@ def rollout(
     if num_generations < 1:
         raise ValueError(f"num_generations must be >= 1, got {num_generations}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    prompts = [p.prompt for p in problems for _ in range(num_generations)]
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)
+    unique_ids, unique_mask = encode_prompts(tokenizer, [p.prompt for p in problems], device)
     t0 = time.perf_counter()
     comp, comp_mask, logp, ent, finished = sample(
         model,
-        prompt_ids,
-        prompt_mask,
+        unique_ids,
+        unique_mask,
+        num_samples_per_prompt=num_generations,
         max_new_tokens=max_completion_length,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -231,6 +254,8 @@ def rollout(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     sample_s = time.perf_counter() - t0
+    prompt_ids = unique_ids.repeat_interleave(num_generations, dim=0)
+    prompt_mask = unique_mask.repeat_interleave(num_generations, dim=0)
     episodes, rewards = [], []
     comp_cpu, mask_cpu, fin_cpu = comp.cpu().tolist(), comp_mask.cpu().tolist(), finished.cpu().tolist()
     for i, (ids, m, fin) in enumerate(zip(comp_cpu, mask_cpu, fin_cpu, strict=True)):

@@ -31,7 +31,16 @@ REASONS = ("correct", "wrong", "invalid", "truncated")
 class Problem:
     prompt: str
     answer: str  # canonical answer text, without EOS
-    difficulty: int  # number of digits of the larger operand
+    difficulty: int  # number of carries in the column addition
+
+
+def count_carries(a: int, b: int) -> int:
+    carries = carry = 0
+    while a or b or carry:
+        carry = 1 if a % 10 + b % 10 + carry >= 10 else 0
+        carries += carry
+        a, b = a // 10, b // 10
+    return carries
 
 
 def reversed_sum(a: int, b: int, width: int) -> str:
@@ -45,7 +54,7 @@ def make_problem(a: int, b: int, width: int) -> Problem:
     return Problem(
         prompt=f"{a:0{width}d}+{b:0{width}d}=",
         answer=reversed_sum(a, b, width),
-        difficulty=max(len(str(a)), len(str(b))),
+        difficulty=count_carries(a, b),
     )
 
 
@@ -59,8 +68,10 @@ def make_splits(
 ) -> dict[str, list[Problem]]:
     """Disjoint train/dev/eval problem lists, a pure function of the arguments.
 
-    Operand digit counts are drawn uniformly in [min_digits, max_digits] so that each
-    difficulty is equally represented; pairs are unique across all splits.
+    Each operand is drawn uniformly from the integers with ``min_digits`` to
+    ``max_digits`` digits, so every split has the same distribution (drawing the digit
+    count first would make the few short pairs run out in the first split drawn);
+    pairs are unique across all splits. ``Problem.difficulty`` is the number of carries.
     """
     if not 1 <= min_digits <= max_digits <= 9:
         raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {min_digits}, {max_digits}")
@@ -75,13 +86,10 @@ def make_splits(
     seen: set[tuple[int, int]] = set()
     problems: list[Problem] = []
 
-    def draw(digits: int) -> int:
-        lo = 0 if digits == 1 else 10 ** (digits - 1)
-        return rng.randrange(lo, 10**digits)
-
+    lo = 0 if min_digits == 1 else 10 ** (min_digits - 1)
     while len(problems) < total:
-        a = draw(rng.randint(min_digits, max_digits))
-        b = draw(rng.randint(min_digits, max_digits))
+        a = rng.randrange(lo, 10**max_digits)
+        b = rng.randrange(lo, 10**max_digits)
         if (a, b) in seen:
             continue
         seen.add((a, b))

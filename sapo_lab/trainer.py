@@ -9,7 +9,14 @@ Each rollout step:
 3. the responses are shuffled into ``steps_per_generation`` (K) minibatches; each gets
    teacher-forced current log-probs, :func:`policy_loss` with the configured
    ``loss_type``, one backward and one AdamW step. Minibatches after the first are
-   therefore trained on data sampled by an older policy, as in the paper.
+   therefore trained on data sampled by an older policy, as in the paper. Responses
+   whose advantage is exactly 0 add nothing to the policy gradient; with
+   ``skip_zero_advantage`` (default, only when ``beta == 0``) they are left out of the
+   forward/backward and the loss is rescaled to the full minibatch's normalisation,
+   which gives the same update for less compute. Their tokens still count as generated.
+
+Diagnostics go to ``metrics.jsonl``, one JSON object per rollout step; dev-subset
+Pass@1 is measured every ``evaluation.dev_every`` steps (``null`` in between).
 
 Everything that decides a run's numbers is a pure function of the config, so on CPU an
 interrupted-and-resumed run reproduces the uninterrupted one exactly.
@@ -27,12 +34,13 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from . import group_advantages, policy_loss
+from .advantages import group_advantages
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .coldstart import get_cold_start, save_pretrained_atomic
 from .config import TrainConfig, config_from_dict
 from .device import resolve_device
 from .evaluation import evaluate
+from .losses import policy_loss
 from .model import load_model_and_tokenizer, response_logprobs
 from .rollout import autocast_for, rollout
 from .task import make_splits
@@ -248,15 +256,30 @@ class Trainer:
         eps_high = lc.epsilon if lc.epsilon_high is None else lc.epsilon_high
         max_norm = o.max_grad_norm if o.max_grad_norm > 0 else float("inf")
         model.train()
+        skip = o.skip_zero_advantage and self.reference is None
+        tokens_trained = 0
         for k, mb in enumerate(minibatches):
             lr = learning_rate_at(self.counters["optimizer_steps"], total_opt, cfg)
             for g in self.opt.param_groups:
                 g["lr"] = lr
+            scale = 1.0
+            if skip:
+                keep = mb.advantages != 0
+                if lc.aggregation == "per_response":
+                    scale = float(keep.sum()) / keep.numel()
+                else:
+                    cm = mb.completion_mask
+                    scale = float(cm[keep].sum()) / float(cm.sum())
+                if not bool(keep.any()):
+                    self._zero_gradient_step()
+                    grad_norms.append(0.0)
+                    losses.append(0.0)
+                    continue
+                mb = mb.select(keep)
+            tokens_trained += int(mb.completion_mask.sum())
             t0 = time.perf_counter()
             with autocast_for(device):
-                logp = response_logprobs(
-                    model, mb.input_ids, mb.attention_mask, mb.response_mask, temperature=r.temperature
-                )
+                logp = response_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_mask, temperature=r.temperature)
             _sync(device)
             model_s += time.perf_counter() - t0
             mask = mb.completion_mask
@@ -280,7 +303,7 @@ class Trainer:
                 if "NaN" in str(exc) or "inf" in str(exc):
                     raise TrainingDiverged(f"step {self.step + 1}, minibatch {k}: {exc}") from exc
                 raise
-            loss = out.loss
+            loss = out.loss * scale if scale != 1.0 else out.loss
             if self.reference is not None:
                 kl = _kl_to_reference(logp, mb.ref_logp, mask.to(logp.dtype))
                 loss = loss + o.beta * kl
@@ -304,7 +327,7 @@ class Trainer:
         comp_mask = batch.completion_mask
         n_tokens = int(comp_mask.sum())
         self.counters["tokens_generated"] += n_tokens
-        self.counters["tokens_trained"] += n_tokens
+        self.counters["tokens_trained"] += tokens_trained
         self.counters["verifier_calls"] += batch.num_responses
         step_s = time.perf_counter() - t_start
         self.elapsed += step_s
@@ -326,7 +349,7 @@ class Trainer:
             "lr": lr,
             "reasons": reasons,
             "tokens_generated": n_tokens,
-            "tokens_trained": n_tokens,
+            "tokens_trained": tokens_trained,
             **{f"total_{k}": v for k, v in self.counters.items()},
             "step_s": step_s,
             "non_model_frac": max(0.0, step_s - model_s) / step_s,
@@ -347,13 +370,26 @@ class Trainer:
             vals = [s[key] for s in stats_list if key in s and math.isfinite(s[key])]
             if vals:
                 row[key] = sum(vals) / len(vals)
-        row["ratio_q95_last_minibatch"] = stats_list[-1].get("ratio_q95")
-        row["max_abs_log_ratio"] = max(s.get("max_abs_log_ratio", 0.0) for s in stats_list)
+            elif key != "clip_frac" or lc.loss_type != "sapo":
+                row[key] = None  # every minibatch was all zero-advantage: nothing to measure
+        row["ratio_q95_last_minibatch"] = stats_list[-1].get("ratio_q95") if stats_list else None
+        row["max_abs_log_ratio"] = max((s.get("max_abs_log_ratio", 0.0) for s in stats_list), default=0.0)
         row["beyond_max_log_ratio"] = sum(s.get("beyond_max_log_ratio", 0) for s in stats_list)
         row["empty_responses"] = sum(s.get("empty_responses", 0) for s in stats_list)
         if kls:
             row["kl_ref"] = sum(kls) / len(kls)
         return row
+
+    def _zero_gradient_step(self) -> None:
+        """An optimizer step with an all-zero gradient, exactly what the full minibatch would give.
+
+        AdamW still moves the weights through its momentum and weight decay, so the step
+        is taken rather than skipped.
+        """
+        for p in self.model.parameters():
+            p.grad = torch.zeros_like(p)
+        self.opt.step()
+        self.counters["optimizer_steps"] += 1
 
     def dev_pass1(self) -> float:
         e = self.cfg.evaluation

@@ -1,0 +1,159 @@
+"""Throughput of sapo_lab against TRL's ``GRPOTrainer(loss_type="sapo")`` on the same problem.
+
+Both start from the same cold-start GPT-2 (cpu-tiny preset) and character tokenizer and
+train on the same prompts and reward, with the same group size, completion length,
+temperature, learning rate and K = steps_per_generation update minibatches per rollout
+batch. The script times ``--steps`` rollout batches after ``--warmup`` of them for each
+and prints rollout batches per second, their ratio, and sapo_lab's fraction of step
+time spent outside model forward/backward/optimizer/sampling. The last line is
+``speedup_vs_trl=X.XX``.
+
+TRL lives in its own environment so that the package's one stays small::
+
+    python3 -m venv benchmarks/.venv-trl
+    benchmarks/.venv-trl/bin/pip install torch==2.13.0 transformers==5.24.0 tokenizers trl
+    benchmarks/.venv-trl/bin/python benchmarks/vs_trl.py
+
+(install the CPU build of torch, e.g. from a local wheel, to avoid a multi-GB CUDA download).
+sapo_lab is imported from this checkout. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from sapo_lab.coldstart import get_cold_start  # noqa: E402
+from sapo_lab.config import load_config  # noqa: E402
+from sapo_lab.trainer import splits_for, train  # noqa: E402
+
+
+def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advantage: bool = True) -> dict:
+    run = os.path.join(workdir, f"sapo_lab-skip{int(skip_zero_advantage)}")
+    cfg = copy.deepcopy(cfg)
+    cfg.optimization.skip_zero_advantage = skip_zero_advantage
+    cfg.optimization.max_steps = warmup + steps
+    cfg.save_steps = 10**6
+    cfg.evaluation.dev_every = 10**6
+    cfg.evaluation.num_samples = 1
+    cfg.evaluation.pass_k = (1,)
+    cfg.evaluation.greedy = False
+    train(cfg, run, log=lambda m: None, progress=False)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f][warmup:]
+    wall = sum(r["step_s"] for r in rows)
+    other = sum(r["step_s"] * r["non_model_frac"] for r in rows)
+    return {"batches_per_s": len(rows) / wall, "step_s": wall / len(rows), "non_model_frac": other / wall}
+
+
+def bench_trl(cfg, model, tok, splits, steps: int, warmup: int, workdir: str) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    r, o, lc = cfg.rollout, cfg.optimization, cfg.loss
+    k = o.steps_per_generation
+    n_resp = r.prompts_per_rollout * r.num_generations
+    data = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in splits["train"]])
+
+    def reward(prompts, completions, answer, **kwargs):
+        return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer, strict=True)]
+
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(time.perf_counter())
+
+    args = GRPOConfig(
+        output_dir=os.path.join(workdir, "trl"),
+        per_device_train_batch_size=n_resp // k,
+        steps_per_generation=k,
+        num_generations=r.num_generations,
+        max_completion_length=r.max_completion_length,
+        temperature=r.temperature,
+        top_k=0,
+        top_p=1.0,
+        learning_rate=o.learning_rate,
+        lr_scheduler_type=o.lr_scheduler_type,
+        warmup_steps=o.warmup_steps,
+        adam_beta2=o.adam_beta2,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+        beta=o.beta,
+        loss_type="sapo",
+        sapo_temperature_pos=lc.sapo_temperature_pos,
+        sapo_temperature_neg=lc.sapo_temperature_neg,
+        importance_sampling_level="token",
+        num_iterations=1,
+        max_steps=k * (warmup + steps),
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+    )
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok, callbacks=[Clock()]
+    )
+    trainer.train()
+    start, end = stamps[k * warmup - 1], stamps[k * (warmup + steps) - 1]
+    return {"batches_per_s": steps / (end - start), "step_s": (end - start) / steps}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10, help="timed rollout batches per framework")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    cfg = load_config("cpu-tiny", {"seed": args.seed, "device": "cpu"})
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)  # the same thread count for both frameworks
+    splits = splits_for(cfg)
+    model, tok, _ = get_cold_start(cfg, splits, torch.device("cpu"), log=lambda m: None)
+    r = cfg.rollout
+    print(
+        f"problem: {r.prompts_per_rollout} prompts x G={r.num_generations}, max_completion_length="
+        f"{r.max_completion_length}, K={cfg.optimization.steps_per_generation} minibatches/rollout, "
+        f"torch threads={torch.get_num_threads()}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory() as work:
+        ours = bench_sapo_lab(cfg, args.steps, args.warmup, work)
+        print(
+            f"sapo_lab: {ours['batches_per_s']:.3f} rollout batches/s ({ours['step_s']:.3f} s/batch); "
+            f"time outside model forward/backward/sampling: {100 * ours['non_model_frac']:.1f}% of a step",
+            flush=True,
+        )
+        # The same with every response trained, to show what zero-advantage skipping contributes.
+        full = bench_sapo_lab(cfg, args.steps, args.warmup, work, skip_zero_advantage=False)
+        print(
+            f"sapo_lab, skip_zero_advantage=False: {full['batches_per_s']:.3f} rollout batches/s "
+            f"({full['step_s']:.3f} s/batch); non-model {100 * full['non_model_frac']:.1f}%",
+            flush=True,
+        )
+        theirs = bench_trl(cfg, copy.deepcopy(model), tok, splits, args.steps, args.warmup, work)
+        print(f"trl:      {theirs['batches_per_s']:.3f} rollout batches/s ({theirs['step_s']:.3f} s/batch)", flush=True)
+    speedup = ours["batches_per_s"] / theirs["batches_per_s"]
+    print(f"speedup_vs_trl_without_skipping={full['batches_per_s'] / theirs['batches_per_s']:.2f}")
+    print(f"non_model_frac={ours['non_model_frac']:.3f}")
+    print(f"speedup_vs_trl={speedup:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+import json
+import os
+
+import pytest
+import torch
+from _micro import micro
+
+from sapo_lab.trainer import TrainingDiverged, learning_rate_at, train
+
+TIME_KEYS = {"step_s", "non_model_frac", "elapsed_s", "dev_eval_s"}
+
+
+def _rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if k not in TIME_KEYS} for line in f]
+
+
+@pytest.mark.parametrize("loss_type", ["sapo", "grpo", "gspo"])
+def test_end_to_end_each_loss_type(tmp_path, loss_type):
+    run = str(tmp_path / loss_type)
+    # No skipping: the micro model's rewards are mostly 0, and the ratio statistics need trained tokens.
+    summary = train(micro(loss_type=loss_type, skip_zero_advantage=False), run, log=lambda m: None, progress=False)
+    for key in (
+        "cold_start_pass1",
+        "cold_start_pass1_ci95",
+        "final_pass1",
+        "final_pass1_ci95",
+        "train_wall_s",
+        "loss_type",
+        "seed",
+        "config",
+    ):
+        assert key in summary
+    assert summary["loss_type"] == loss_type and summary["config"]["loss"]["loss_type"] == loss_type
+    on_disk = json.load(open(os.path.join(run, "summary.json")))
+    assert on_disk["final_pass1"] == summary["final_pass1"]
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in (
+        "reward_mean",
+        "entropy",
+        "approx_kl",
+        "ratio_q05",
+        "ratio_q95",
+        "coef_q50",
+        "signal_removed_frac",
+        "zero_advantage_groups",
+        "grad_norm",
+        "tokens_generated",
+        "tokens_trained",
+        "response_length_mean",
+    ):
+        assert rows[0].get(key) is not None, key
+    assert rows[1]["dev_pass1"] is not None and rows[0]["dev_pass1"] is None
+    assert summary["counters"]["optimizer_steps"] == 4 * 4
+    assert os.path.isfile(os.path.join(run, "config.json"))
+    assert os.path.isfile(os.path.join(run, "final_model", "model.safetensors"))
+    if loss_type != "sapo":
+        assert "clip_frac" in rows[0]
+
+
+def _parity_reward(monkeypatch):
+    """A reward that varies within groups even for an untrained micro model."""
+    import sapo_lab.rollout as rollout_mod
+
+    monkeypatch.setattr(rollout_mod, "verify", lambda text, fin, p: (float(len(text) % 2), "wrong"))
+
+
+def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path, monkeypatch):
+    _parity_reward(monkeypatch)  # so that the policy actually moves between steps
+    cfg = micro(save_steps=10)  # only the interruption writes a checkpoint
+    train(cfg, str(tmp_path / "full"), log=lambda m: None, progress=False)
+
+    def stop_after_two(trainer, row):
+        if row["step"] == 2:
+            trainer.request_stop()  # what Ctrl-C does: finish the step, checkpoint, return
+
+    part = str(tmp_path / "part")
+    out = train(cfg, part, log=lambda m: None, progress=False, on_step_end=stop_after_two)
+    assert out["status"] == "interrupted" and out["step"] == 2
+    assert not os.path.exists(os.path.join(part, "summary.json"))
+    resumed = train(cfg, part, resume=True, log=lambda m: None, progress=False)
+    rows = _rows(part)
+    assert rows == _rows(str(tmp_path / "full"))
+    assert all(r["grad_norm"] > 0 for r in rows) and len({r["entropy"] for r in rows}) == 4
+    full = json.load(open(tmp_path / "full" / "summary.json"))
+    assert resumed["final_pass1"] == full["final_pass1"] and resumed["final_eval"] == full["final_eval"]
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    cfg = micro(max_steps=1)
+    train(cfg, str(tmp_path), log=lambda m: None, progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        train(cfg, str(tmp_path), log=lambda m: None, progress=False)
+    with pytest.raises(ValueError, match="not a run directory"):
+        train(cfg, str(tmp_path / "other"), resume=True, log=lambda m: None, progress=False)
+
+
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    def poison(trainer, row):
+        if row["step"] == 2:
+            with torch.no_grad():
+                next(trainer.model.parameters()).fill_(float("nan"))
+
+    with pytest.raises(TrainingDiverged, match="step 3.*last good checkpoint: .*step-000002"):
+        train(micro(), str(tmp_path), log=lambda m: None, progress=False, on_step_end=poison)
+    ckpt = tmp_path / "checkpoints" / "step-000002"
+    from safetensors.torch import load_file
+
+    assert all(torch.isfinite(t).all() for t in load_file(str(ckpt / "model.safetensors")).values())
+    assert not (tmp_path / "checkpoints" / "step-000003").exists()
+
+
+def test_kl_to_reference_is_logged_when_beta_is_set(tmp_path):
+    train(micro(beta=0.1, max_steps=2), str(tmp_path), log=lambda m: None, progress=False)
+    rows = _rows(str(tmp_path))
+    assert all("kl_ref" in r for r in rows) and rows[0]["kl_ref"] >= 0
+
+
+def test_learning_rate_schedules():
+    cfg = micro(learning_rate=1.0, warmup_steps=2, lr_scheduler_type="linear")
+    assert [learning_rate_at(s, 6, cfg) for s in range(6)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    cfg = micro(learning_rate=1.0, warmup_steps=0, lr_scheduler_type="cosine")
+    assert learning_rate_at(0, 4, cfg) == 1.0 and abs(learning_rate_at(2, 4, cfg) - 0.5) < 1e-12
+    assert learning_rate_at(5, 9, micro(learning_rate=1.0, lr_scheduler_type="constant")) == 1.0
+
+
+def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
+    import sapo_lab.trainer as trainer_mod
+
+    real = trainer_mod.policy_loss
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] > 8:  # from the third rollout step on (4 minibatches per step)
+            out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(trainer_mod, "policy_loss", flaky)
+    with pytest.raises(TrainingDiverged, match="step 3, minibatch 0: loss is nan"):
+        train(micro(skip_zero_advantage=False), str(tmp_path), log=lambda m: None, progress=False)
+    assert (tmp_path / "checkpoints" / "step-000002" / "model.safetensors").exists()
+
+
+def test_time_limit_finishes_the_run_with_a_summary(tmp_path):
+    summary = train(micro(max_train_time_s=1e-9), str(tmp_path), log=lambda m: None, progress=False)
+    assert summary["status"] == "time_limit" and summary["steps"] == 1
+    assert (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.parametrize("aggregation", ["per_response", "token_pool"])
+def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, monkeypatch, aggregation):
+    import sapo_lab.rollout as rollout_mod
+    from sapo_lab.trainer import Trainer
+
+    # A reward that varies within groups, so minibatches mix zero and non-zero advantages.
+    monkeypatch.setattr(rollout_mod, "verify", lambda text, fin, p: (float(len(text) % 2), "wrong"))
+    params = []
+    for skip in (True, False):
+        t = Trainer(
+            micro(skip_zero_advantage=skip, aggregation=aggregation),
+            str(tmp_path / str(skip)),
+            log=lambda m: None,
+            progress=False,
+        )
+        t._setup()
+        # Plain SGD: Adam would blow float noise on gradients that are exactly 0 in theory
+        # (e.g. attention key biases) up to full-size steps and hide the comparison.
+        t.opt = torch.optim.SGD(t.model.parameters(), lr=1e-2)
+        rows = [t.train_step() for _ in range(2)]
+        if skip:
+            skipped_rows = rows
+        params.append([p.detach().clone() for p in t.model.parameters()])
+    assert any(r["tokens_trained"] < r["tokens_generated"] for r in skipped_rows)  # something was skipped
+    for a, b in zip(*params, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
