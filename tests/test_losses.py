@@ -19,7 +19,6 @@ from sapo_lab import (
 from sapo_lab.mistakes import WRONG_IMPLEMENTATIONS
 
 
-
 @pytest.fixture(autouse=True)
 def float64_by_default():
     """These tests compare against closed forms at float64 precision; restore the default after."""
