@@ -19,7 +19,8 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from .losses import LOSS_TYPES
+from .losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, MAX_LOG_RATIO_POLICIES
+from .masks import AGGREGATIONS
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
@@ -351,7 +352,7 @@ def validate(cfg: TrainConfig) -> None:
     _require(0 < lc.epsilon < 1, "loss.epsilon", lc.epsilon, "must be in (0, 1)")
     _require(lc.epsilon_high is None or lc.epsilon_high > 0, "loss.epsilon_high", lc.epsilon_high, "must be > 0")
     _require(
-        lc.importance_sampling_level in (None, "token", "sequence"),
+        lc.importance_sampling_level is None or lc.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS,
         "loss.importance_sampling_level",
         lc.importance_sampling_level,
         "must be null, 'token' or 'sequence'",
@@ -363,17 +364,17 @@ def validate(cfg: TrainConfig) -> None:
         "gspo is defined on the sequence ratio",
     )
     _require(
-        lc.aggregation in ("per_response", "token_pool"),
+        lc.aggregation in AGGREGATIONS,
         "loss.aggregation",
         lc.aggregation,
-        "must be 'per_response' or 'token_pool'",
+        f"must be one of {AGGREGATIONS}",
     )
     _require(lc.max_log_ratio > 0, "loss.max_log_ratio", lc.max_log_ratio, "must be > 0")
     _require(
-        lc.max_log_ratio_policy in ("record", "skip", "error"),
+        lc.max_log_ratio_policy in MAX_LOG_RATIO_POLICIES,
         "loss.max_log_ratio_policy",
         lc.max_log_ratio_policy,
-        "must be 'record', 'skip' or 'error'",
+        f"must be one of {MAX_LOG_RATIO_POLICIES}",
     )
     _require(e.dev_every >= 1, "evaluation.dev_every", e.dev_every, "must be >= 1")
     _require(e.dev_prompts >= 1, "evaluation.dev_prompts", e.dev_prompts, "must be >= 1")
