@@ -48,6 +48,11 @@ class _CentredSoftGate(torch.autograd.Function):
         return grad_out * torch.exp(log_update_coefficient_from_log_ratio(z, tau)), None
 
 
+def token_temperatures(token_adv: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """SAPO's sign rule: tau_pos where A > 0, tau_neg where A <= 0 (a constant under autograd)."""
+    return torch.where(token_adv > 0, torch.full_like(token_adv, float(tau_pos)), torch.full_like(token_adv, float(tau_neg)))
+
+
 def sapo_token_surrogate(log_ratio: torch.Tensor, tau) -> torch.Tensor:
     """Centred SAPO surrogate as a function of the log ratio (an objective to maximize)."""
     tau = torch.as_tensor(tau, dtype=log_ratio.dtype, device=log_ratio.device)
@@ -217,7 +222,7 @@ def policy_loss(
 
     a_tok = adv[:, None].expand_as(z)
     if loss_type == "sapo":
-        tau = torch.where(a_tok > 0, torch.full_like(z, float(tau_pos)), torch.full_like(z, float(tau_neg)))
+        tau = token_temperatures(a_tok, tau_pos, tau_neg)
         surrogate = sapo_token_surrogate(z, tau)
         active = None
     else:

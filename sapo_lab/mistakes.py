@@ -11,12 +11,13 @@ from __future__ import annotations
 import torch
 
 from .gates import gate_weight, update_coefficient
+from .losses import policy_loss, sapo_token_surrogate, token_temperatures
 from .masks import masked_mean
 
 
 def _adv_tau(advantages, logp, tau_pos, tau_neg):
     a = advantages.detach().to(logp.dtype)[:, None].expand_as(logp)
-    tau = torch.where(a > 0, torch.full_like(logp, tau_pos), torch.full_like(logp, tau_neg))
+    tau = token_temperatures(a, tau_pos, tau_neg)
     return a, tau
 
 
@@ -48,8 +49,6 @@ def average_over_padding(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau
     A single-token audit cannot see this mistake (there is no padding); it shows on
     batches with unequal lengths.
     """
-    from .losses import sapo_token_surrogate
-
     tau_neg = tau_pos if tau_neg is None else tau_neg
     a, tau = _adv_tau(advantages, logp, tau_pos, tau_neg)
     m = mask.to(logp.dtype)
@@ -59,8 +58,6 @@ def average_over_padding(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau
 
 def behavior_recomputed_from_current(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=None):
     """Uses the current policy's own (detached) log-probs as 'behavior': every ratio is 1."""
-    from .losses import policy_loss
-
     tau_neg = tau_pos if tau_neg is None else tau_neg
     return policy_loss(logp, logp.detach(), advantages, mask, tau_pos=tau_pos, tau_neg=tau_neg,
                        compute_stats=False).loss

@@ -105,19 +105,15 @@ class RolloutBatch:
             raise ValueError(f"num_minibatches must be in [1, {n}] for {n} responses, got {num_minibatches}")
         order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
         order = order.to(self.input_ids.device)
-        out = []
-        for idx in torch.tensor_split(order, num_minibatches):
-            out.append(
-                MiniBatch(
-                    input_ids=self.input_ids[idx],
-                    attention_mask=self.attention_mask[idx],
-                    response_mask=self.response_mask[idx],
-                    behavior_logp=self.behavior_logp[idx],
-                    advantages=self.advantages[idx],
-                    ref_logp=None if self.ref_logp is None else self.ref_logp[idx],
-                )
-            )
-        return out
+        everything = MiniBatch(
+            input_ids=self.input_ids,
+            attention_mask=self.attention_mask,
+            response_mask=self.response_mask,
+            behavior_logp=self.behavior_logp,
+            advantages=self.advantages,
+            ref_logp=self.ref_logp,
+        )
+        return [everything.select(idx) for idx in torch.tensor_split(order, num_minibatches)]
 
 
 def autocast_for(device: torch.device):
