@@ -32,6 +32,7 @@ import torch  # noqa: E402
 from sapo_lab.cli import parse_overrides  # noqa: E402
 from sapo_lab.config import load_config  # noqa: E402
 from sapo_lab.model import MODEL_SIZES, build_model, count_parameters  # noqa: E402
+from sapo_lab.task import task_for  # noqa: E402
 from sapo_lab.trainer import train  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def main() -> int:
     }
     cfg = load_config("gpu-gpt2-small", overrides)
     params = count_parameters(build_model("gpu-gpt2-small", vocab_size=MODEL_SIZES["gpu-gpt2-small"]["vocab_size"]))
-    prompt_len = 2 * cfg.task.max_digits + 2
+    prompt_len = 2 * task_for(cfg).max_digits + 2  # the addition task: "ab+cd="
     with tempfile.TemporaryDirectory() as work:
         train(cfg, os.path.join(work, "run"), log=lambda m: None, progress=False)
         with open(os.path.join(work, "run", "metrics.jsonl")) as f:

@@ -34,7 +34,8 @@ import torch  # noqa: E402
 
 from sapo_lab.coldstart import get_cold_start  # noqa: E402
 from sapo_lab.config import load_config  # noqa: E402
-from sapo_lab.trainer import splits_for, train  # noqa: E402
+from sapo_lab.task import splits_for  # noqa: E402
+from sapo_lab.trainer import train  # noqa: E402
 
 
 def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advantage: bool = True) -> dict:

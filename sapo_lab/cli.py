@@ -14,10 +14,11 @@ import sys
 import time
 
 from .config import load_config
+from .errors import NonFiniteError, TrainingDiverged
 
 
 class UsageError(ValueError):
-    pass
+    """A mistake in the command line: reported in one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +93,7 @@ def _fmt_ci(p, ci) -> str:
 
 
 def print_table(rows: list[dict], file=None) -> None:
+    """The cold-start vs final Pass@1 table of one or more run summaries."""
     file = file or sys.stdout
     head = f"{'loss_type':<10}{'seed':>5}  {'cold-start Pass@1':<24}{'final Pass@1':<24}{'gain':>7}{'train s':>9}"
     print(head, file=file)
@@ -110,6 +112,7 @@ def _default_dir(command: str, cfg) -> str:
 
 
 def cmd_train(args, overrides) -> int:
+    """``train``: cold start, then RL; prints the summary table."""
     from .trainer import train
 
     cfg = load_config(args.config, overrides)
@@ -128,25 +131,27 @@ def _model_for(args, cfg):
     from .coldstart import get_cold_start
     from .device import resolve_device
     from .model import load_model_and_tokenizer
-    from .trainer import splits_for
+    from .task import splits_for, task_for
 
     device = resolve_device(cfg.device)
-    splits = splits_for(cfg)
+    task = task_for(cfg)
+    splits = splits_for(cfg, task)
     if args.model_path:
         model, tok = load_model_and_tokenizer(args.model_path)
         model.to(device)
     else:
-        model, tok, _ = get_cold_start(cfg, splits, device, log=_log)
+        model, tok, _ = get_cold_start(cfg, splits, device, log=_log, task=task)
     torch.manual_seed(cfg.seed)
-    return model.eval(), tok, splits
+    return model.eval(), tok, splits, task
 
 
 def cmd_eval(args, overrides) -> int:
-    from .trainer import held_out_eval
+    """``eval``: held-out Pass@1, pass@k and greedy accuracy of a model on one split."""
+    from .evaluation import held_out_eval
 
     cfg = load_config(args.config, overrides)
-    model, tok, splits = _model_for(args, cfg)
-    res = held_out_eval(model, tok, cfg, splits[args.split])
+    model, tok, splits, task = _model_for(args, cfg)
+    res = held_out_eval(model, tok, cfg, splits[args.split], task.verify)
     print(f"Pass@1 ({res['num_samples']} samples/prompt, T={res['temperature']}): {_fmt_ci(res['pass1'], res['pass1_ci95'])}")
     for k in cfg.evaluation.pass_k:
         if k > 1:
@@ -154,7 +159,7 @@ def cmd_eval(args, overrides) -> int:
     if "greedy_accuracy" in res:
         print(f"greedy accuracy: {100 * res['greedy_accuracy']:.1f}%")
     for d, v in res["by_difficulty"].items():
-        print(f"  {d} carries: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
+        print(f"  difficulty {d}: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, "eval.json"), "w") as f:
@@ -163,6 +168,7 @@ def cmd_eval(args, overrides) -> int:
 
 
 def cmd_sample(args, overrides) -> int:
+    """``sample``: print a few sampled answers with the verifier's verdicts."""
     import torch
 
     from .rollout import rollout
@@ -170,12 +176,13 @@ def cmd_sample(args, overrides) -> int:
     cfg = load_config(args.config, overrides)
     if args.num < 1:
         raise UsageError(f"--num must be >= 1, got {args.num}")
-    model, tok, splits = _model_for(args, cfg)
+    model, tok, splits, task = _model_for(args, cfg)
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(cfg.seed)
     batch = rollout(
         model,
         tok,
         splits[args.split][: args.num],
+        reward_fn=task.verify,
         num_generations=1,
         max_completion_length=cfg.rollout.max_completion_length,
         temperature=cfg.rollout.temperature,
@@ -187,6 +194,7 @@ def cmd_sample(args, overrides) -> int:
 
 
 def cmd_compare(args, overrides) -> int:
+    """``compare``: train every loss type x seed, then write and print one results table."""
     from .trainer import train
 
     loss_types = [s for s in args.loss_types.split(",") if s]
@@ -235,8 +243,12 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sample": cmd_sample, "compare
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .trainer import TrainingDiverged
+    """Run one command; returns the exit status (0 ok, 1 diverged, 2 user error, 130 interrupted).
 
+    User errors (``UsageError`` and the ``ValueError`` that config, task, model and run
+    checks raise) print one line; any other exception is an internal error and keeps its
+    traceback (``SAPO_LAB_DEBUG=1`` shows tracebacks for user errors too).
+    """
     argv = sys.argv[1:] if argv is None else argv
     from transformers.utils import logging as hf_logging
 
@@ -250,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except NonFiniteError:
+        raise  # a NaN outside a training step is a bug, not a user's mistake
     except (UsageError, ValueError) as exc:
         if os.environ.get("SAPO_LAB_DEBUG"):
             raise

@@ -21,12 +21,14 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .device import autocast_for
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
-from .rollout import autocast_for
+from .task import Task, task_for
 
 
 def cold_start_key(cfg) -> str:
+    """A hash of everything that decides the cold start: model, task name and options, splits, settings, seed."""
     spec = {
         "model": cfg.model.name_or_path,
         "task": vars(cfg.task),
@@ -34,7 +36,7 @@ def cold_start_key(cfg) -> str:
         "seed": cfg.seed,
         "max_completion_length": cfg.rollout.max_completion_length,
         "temperature": cfg.rollout.temperature,
-        "version": 3,
+        "version": 4,
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -55,8 +57,9 @@ def sft_batch(tokenizer, problems, device):
     return ids.to(device), attn.to(device), loss_mask.to(device)
 
 
-def train_cold_start(model, tokenizer, splits, cfg, device, log=print) -> dict:
-    """Supervised updates until dev Pass@1 >= target or ``max_updates``. Returns a report."""
+def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Task | None = None) -> dict:
+    """Supervised updates until dev Pass@1 (by the task's verifier) >= target or ``max_updates``. Returns a report."""
+    task = task_for(cfg) if task is None else task
     cs = cfg.cold_start
     gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
     opt = torch.optim.AdamW(model.parameters(), lr=cs.sft_learning_rate, weight_decay=0.0)
@@ -83,6 +86,7 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print) -> dict:
                 model,
                 tokenizer,
                 dev,
+                reward_fn=task.verify,
                 num_samples=1,
                 temperature=temperature,
                 max_completion_length=cfg.rollout.max_completion_length,
@@ -98,8 +102,12 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print) -> dict:
     return report
 
 
-def get_cold_start(cfg, splits, device, log=print):
-    """(model, tokenizer, report): the cached cold start for ``cfg``, trained if missing."""
+def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
+    """(model, tokenizer, report): the cached cold start for ``cfg``, trained if missing.
+
+    A model named by size gets a character tokenizer built from the task's alphabet.
+    """
+    task = task_for(cfg) if task is None else task
     key = cold_start_key(cfg)
     cache = os.path.join(cfg.cold_start.cache_dir, key) if cfg.cold_start.cache_dir else ""
     if cache and os.path.isfile(os.path.join(cache, "cold_start.json")):
@@ -108,10 +116,10 @@ def get_cold_start(cfg, splits, device, log=print):
             report = json.load(f)
         report["cached"] = True
         return model.to(device), tok, report
-    model, tok = load_model_and_tokenizer(cfg.model.name_or_path, seed=cfg.seed)
+    model, tok = load_model_and_tokenizer(cfg.model.name_or_path, seed=cfg.seed, alphabet=task.alphabet)
     model.to(device)
     if cfg.cold_start.max_updates > 0:
-        report = train_cold_start(model, tok, splits, cfg, device, log=log)
+        report = train_cold_start(model, tok, splits, cfg, device, log=log, task=task)
     else:
         report = {"updates": 0, "dev_pass1": None, "wall_s": 0.0}
     report["key"] = key

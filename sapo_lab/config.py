@@ -21,20 +21,25 @@ from dataclasses import dataclass, field
 
 from .losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, MAX_LOG_RATIO_POLICIES
 from .masks import AGGREGATIONS
+from .task import make_task
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
 @dataclass
 class ModelConfig:
+    """The policy to start from."""
+
     name_or_path: str = "cpu-tiny"  # a size in sapo_lab.model.MODEL_SIZES, a directory, or a hub name
 
 
 @dataclass
 class TaskConfig:
+    """Which task (see :mod:`sapo_lab.task`) and how many problems each frozen split holds."""
+
+    name: str = "addition"  # a registered task name, or an import path "my_module:MyTask"
+    options: dict = field(default_factory=dict)  # the task's constructor keyword arguments
     split_seed: int = 0  # the splits are frozen: independent of the run's seed
-    min_digits: int = 1
-    max_digits: int = 2
     num_train: int = 8000
     num_dev: int = 256
     num_eval: int = 512
@@ -54,14 +59,18 @@ class ColdStartConfig:
 
 @dataclass
 class RolloutConfig:
+    """Sampling of each rollout batch (Algorithm 1)."""
+
     prompts_per_rollout: int = 32  # prompts per rollout batch; responses = this * num_generations
     num_generations: int = 8  # G, responses per prompt
-    max_completion_length: int = 5  # answer is max_digits + 1 digits, then EOS
+    max_completion_length: int = 5  # the addition answer is max_digits + 1 digits, then EOS
     temperature: float = 1.0
 
 
 @dataclass
 class OptimizationConfig:
+    """The K minibatch updates per rollout batch (Algorithm 2) and the optimizer."""
+
     max_steps: int = 600  # rollout steps; each makes steps_per_generation optimizer steps
     steps_per_generation: int = 4  # K update minibatches per rollout batch (the paper's 4)
     learning_rate: float = 2e-4
@@ -80,6 +89,8 @@ class OptimizationConfig:
 
 @dataclass
 class LossConfig:
+    """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
+
     loss_type: str = "sapo"
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
@@ -90,9 +101,25 @@ class LossConfig:
     max_log_ratio: float = 20.0
     max_log_ratio_policy: str = "record"
 
+    def policy_loss_kwargs(self) -> dict:
+        """The keyword arguments of :func:`sapo_lab.policy_loss` that this config sets: the one mapping."""
+        return {
+            "loss_type": self.loss_type,
+            "tau_pos": self.sapo_temperature_pos,
+            "tau_neg": self.sapo_temperature_neg,
+            "clip_eps_low": self.epsilon,
+            "clip_eps_high": self.epsilon if self.epsilon_high is None else self.epsilon_high,
+            "importance_sampling_level": self.importance_sampling_level,
+            "aggregation": self.aggregation,
+            "max_log_ratio": self.max_log_ratio,
+            "max_log_ratio_policy": self.max_log_ratio_policy,
+        }
+
 
 @dataclass
 class EvaluationConfig:
+    """Held-out evaluation and the per-step dev measurement."""
+
     dev_every: int = 10  # rollout steps between dev-subset Pass@1 measurements
     dev_prompts: int = 128
     num_samples: int = 4  # n samples per held-out prompt for Pass@1 / pass@k
@@ -103,6 +130,8 @@ class EvaluationConfig:
 
 @dataclass
 class TrainConfig:
+    """Everything that decides a run; saved as the run's ``config.json``."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
@@ -117,9 +146,11 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads; 0 = torch's default
 
     def to_dict(self) -> dict:
+        """The config as plain JSON values (what ``config.json`` holds)."""
         return dataclasses.asdict(self)
 
     def save(self, path: str) -> None:
+        """Write ``config.json`` atomically (a temporary file, then a rename)."""
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(self.to_dict(), f, indent=2, sort_keys=True)
@@ -133,7 +164,7 @@ PRESETS: dict[str, dict] = {
     "cpu-tiny": {"threads": 1, "max_train_time_s": 290.0},
     "gpu-gpt2-small": {
         "model": {"name_or_path": "gpu-gpt2-small"},
-        "task": {"min_digits": 1, "max_digits": 5, "num_train": 100000, "num_eval": 1024},
+        "task": {"options": {"min_digits": 1, "max_digits": 5}, "num_train": 100000, "num_eval": 1024},
         "cold_start": {"batch_size": 128, "sft_learning_rate": 3e-4, "max_updates": 20000, "eval_every": 100},
         "rollout": {"prompts_per_rollout": 64, "num_generations": 16, "max_completion_length": 8},
         "optimization": {"max_steps": 500, "learning_rate": 2e-5, "warmup_steps": 20},
@@ -194,6 +225,15 @@ def _coerce(value, tp, key: str):
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"config key {key!r} must be a number, got {value!r}") from None
+    if base is dict:  # task options: a mapping, or JSON text from the command line
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError(f"config key {key!r} must be a JSON object, got {value!r}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"config key {key!r} must be a mapping, got {value!r}")
+        return dict(value)
     if base is str:
         if not isinstance(value, str):
             raise ValueError(f"config key {key!r} must be a string, got {value!r}")
@@ -285,13 +325,27 @@ def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None)
     else:
         raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
     for key, value in (overrides or {}).items():
-        data = _merge(data, _nest(resolve_key(key), value))
+        if key.replace("-", "_").startswith("task.options."):  # one task option: --task.options.max_digits 3
+            data = _merge(data, _nest(key.replace("-", "_"), _parse_option(value)))
+        else:
+            data = _merge(data, _nest(resolve_key(key), value))
     cfg = _build(TrainConfig, data)
     validate(cfg)
     return cfg
 
 
+def _parse_option(value):
+    """A task option given as text is read as JSON when it parses (``3``, ``true``), else kept as text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
 def config_from_dict(data: dict) -> TrainConfig:
+    """A validated config from the plain dict that ``to_dict`` (and ``config.json``) hold."""
     cfg = _build(TrainConfig, data)
     validate(cfg)
     return cfg
@@ -302,101 +356,70 @@ def _require(cond: bool, key: str, value, rule: str) -> None:
         raise ValueError(f"config key {key!r} = {value!r} is invalid: {rule}")
 
 
+def _get(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+# One rule per row: (dotted key, test of its value, what the rule says). Rules that relate
+# several keys follow in validate().
+_RULES = [
+    ("task.num_train", lambda v: v >= 1, "must be >= 1"),
+    ("task.num_dev", lambda v: v >= 1, "must be >= 1"),
+    ("task.num_eval", lambda v: v >= 1, "must be >= 1"),
+    ("cold_start.max_updates", lambda v: v >= 0, "must be >= 0"),
+    ("cold_start.batch_size", lambda v: v >= 1, "must be >= 1"),
+    ("cold_start.sft_learning_rate", lambda v: v > 0, "must be > 0"),
+    ("cold_start.target_pass1", lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    ("cold_start.eval_every", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.prompts_per_rollout", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.num_generations", lambda v: v >= 2, "group advantages need >= 2"),
+    ("rollout.max_completion_length", lambda v: v >= 1, "must be >= 1"),
+    ("rollout.temperature", lambda v: v > 0, "must be > 0 (sampling, not greedy)"),
+    ("optimization.max_steps", lambda v: v >= 0, "must be >= 0"),
+    ("optimization.learning_rate", lambda v: v > 0, "must be > 0"),
+    ("optimization.lr_scheduler_type", lambda v: v in LR_SCHEDULES, f"must be one of {LR_SCHEDULES}"),
+    ("optimization.warmup_steps", lambda v: v >= 0, "must be >= 0"),
+    ("optimization.weight_decay", lambda v: v >= 0, "must be >= 0"),
+    ("optimization.adam_beta1", lambda v: 0 <= v < 1, "Adam betas must be in [0, 1)"),
+    ("optimization.adam_beta2", lambda v: 0 <= v < 1, "Adam betas must be in [0, 1)"),
+    ("optimization.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 = off)"),
+    ("optimization.beta", lambda v: v >= 0, "must be >= 0"),
+    ("loss.loss_type", lambda v: v in LOSS_TYPES, f"must be one of {LOSS_TYPES}"),
+    ("loss.sapo_temperature_pos", lambda v: v > 0, "must be > 0"),
+    ("loss.sapo_temperature_neg", lambda v: v > 0, "must be > 0"),
+    ("loss.epsilon", lambda v: 0 < v < 1, "must be in (0, 1)"),
+    ("loss.epsilon_high", lambda v: v is None or v > 0, "must be > 0"),
+    (
+        "loss.importance_sampling_level",
+        lambda v: v is None or v in IMPORTANCE_SAMPLING_LEVELS,
+        f"must be null or one of {IMPORTANCE_SAMPLING_LEVELS}",
+    ),
+    ("loss.aggregation", lambda v: v in AGGREGATIONS, f"must be one of {AGGREGATIONS}"),
+    ("loss.max_log_ratio", lambda v: v > 0, "must be > 0"),
+    ("loss.max_log_ratio_policy", lambda v: v in MAX_LOG_RATIO_POLICIES, f"must be one of {MAX_LOG_RATIO_POLICIES}"),
+    ("evaluation.dev_every", lambda v: v >= 1, "must be >= 1"),
+    ("evaluation.dev_prompts", lambda v: v >= 1, "must be >= 1"),
+    ("evaluation.num_samples", lambda v: v >= 1, "must be >= 1"),
+    ("evaluation.eval_temperature", lambda v: v is None or v >= 0, "must be >= 0"),
+    ("device", lambda v: v in ("auto", "cpu") or v.startswith("cuda"), "must be 'auto', 'cpu' or 'cuda[:N]'"),
+    ("save_steps", lambda v: v >= 1, "must be >= 1"),
+    ("max_train_time_s", lambda v: v >= 0, "must be >= 0"),
+    ("threads", lambda v: v >= 0, "must be >= 0"),
+]
+
+
 def validate(cfg: TrainConfig) -> None:
-    t, c, r, o, lc, e = cfg.task, cfg.cold_start, cfg.rollout, cfg.optimization, cfg.loss, cfg.evaluation
-    _require(
-        1 <= t.min_digits <= t.max_digits <= 9,
-        "task.max_digits",
-        t.max_digits,
-        "need 1 <= min_digits <= max_digits <= 9",
-    )
-    for k in ("num_train", "num_dev", "num_eval"):
-        _require(getattr(t, k) >= 1, f"task.{k}", getattr(t, k), "must be >= 1")
-    _require(c.max_updates >= 0, "cold_start.max_updates", c.max_updates, "must be >= 0")
-    _require(c.batch_size >= 1, "cold_start.batch_size", c.batch_size, "must be >= 1")
-    _require(c.sft_learning_rate > 0, "cold_start.sft_learning_rate", c.sft_learning_rate, "must be > 0")
-    _require(0 <= c.target_pass1 <= 1, "cold_start.target_pass1", c.target_pass1, "must be in [0, 1]")
-    _require(c.eval_every >= 1, "cold_start.eval_every", c.eval_every, "must be >= 1")
-    _require(r.prompts_per_rollout >= 1, "rollout.prompts_per_rollout", r.prompts_per_rollout, "must be >= 1")
-    _require(r.num_generations >= 2, "rollout.num_generations", r.num_generations, "group advantages need >= 2")
-    _require(r.max_completion_length >= 1, "rollout.max_completion_length", r.max_completion_length, "must be >= 1")
-    _require(r.temperature > 0, "rollout.temperature", r.temperature, "must be > 0 (sampling, not greedy)")
-    _require(o.max_steps >= 0, "optimization.max_steps", o.max_steps, "must be >= 0")
+    """Raise ``ValueError`` naming the first key whose value breaks a rule; build the task once to check it."""
+    for key, ok, rule in _RULES:
+        _require(ok(_get(cfg, key)), key, _get(cfg, key), rule)
+    r, o, lc, e = cfg.rollout, cfg.optimization, cfg.loss, cfg.evaluation
     n = r.prompts_per_rollout * r.num_generations
-    _require(
-        1 <= o.steps_per_generation <= n,
-        "optimization.steps_per_generation",
-        o.steps_per_generation,
-        f"must be in [1, responses per rollout = {n}]",
-    )
-    _require(o.learning_rate > 0, "optimization.learning_rate", o.learning_rate, "must be > 0")
-    _require(
-        o.lr_scheduler_type in LR_SCHEDULES,
-        "optimization.lr_scheduler_type",
-        o.lr_scheduler_type,
-        f"must be one of {LR_SCHEDULES}",
-    )
-    _require(o.warmup_steps >= 0, "optimization.warmup_steps", o.warmup_steps, "must be >= 0")
-    _require(o.weight_decay >= 0, "optimization.weight_decay", o.weight_decay, "must be >= 0")
-    _require(
-        0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1,
-        "optimization.adam_beta1",
-        (o.adam_beta1, o.adam_beta2),
-        "Adam betas must be in [0, 1)",
-    )
-    _require(o.max_grad_norm >= 0, "optimization.max_grad_norm", o.max_grad_norm, "must be >= 0 (0 = off)")
-    _require(o.beta >= 0, "optimization.beta", o.beta, "must be >= 0")
-    _require(lc.loss_type in LOSS_TYPES, "loss.loss_type", lc.loss_type, f"must be one of {LOSS_TYPES}")
-    _require(lc.sapo_temperature_pos > 0, "loss.sapo_temperature_pos", lc.sapo_temperature_pos, "must be > 0")
-    _require(lc.sapo_temperature_neg > 0, "loss.sapo_temperature_neg", lc.sapo_temperature_neg, "must be > 0")
-    _require(0 < lc.epsilon < 1, "loss.epsilon", lc.epsilon, "must be in (0, 1)")
-    _require(lc.epsilon_high is None or lc.epsilon_high > 0, "loss.epsilon_high", lc.epsilon_high, "must be > 0")
-    _require(
-        lc.importance_sampling_level is None or lc.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS,
-        "loss.importance_sampling_level",
-        lc.importance_sampling_level,
-        "must be null, 'token' or 'sequence'",
-    )
-    _require(
-        not (lc.loss_type == "gspo" and lc.importance_sampling_level == "token"),
-        "loss.importance_sampling_level",
-        lc.importance_sampling_level,
-        "gspo is defined on the sequence ratio",
-    )
-    _require(
-        lc.aggregation in AGGREGATIONS,
-        "loss.aggregation",
-        lc.aggregation,
-        f"must be one of {AGGREGATIONS}",
-    )
-    _require(lc.max_log_ratio > 0, "loss.max_log_ratio", lc.max_log_ratio, "must be > 0")
-    _require(
-        lc.max_log_ratio_policy in MAX_LOG_RATIO_POLICIES,
-        "loss.max_log_ratio_policy",
-        lc.max_log_ratio_policy,
-        f"must be one of {MAX_LOG_RATIO_POLICIES}",
-    )
-    _require(e.dev_every >= 1, "evaluation.dev_every", e.dev_every, "must be >= 1")
-    _require(e.dev_prompts >= 1, "evaluation.dev_prompts", e.dev_prompts, "must be >= 1")
-    _require(e.num_samples >= 1, "evaluation.num_samples", e.num_samples, "must be >= 1")
-    _require(
-        len(e.pass_k) >= 1 and all(1 <= k <= e.num_samples for k in e.pass_k),
-        "evaluation.pass_k",
-        e.pass_k,
-        f"each k must be in [1, num_samples={e.num_samples}]",
-    )
-    _require(
-        e.eval_temperature is None or e.eval_temperature >= 0,
-        "evaluation.eval_temperature",
-        e.eval_temperature,
-        "must be >= 0",
-    )
-    _require(
-        cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"),
-        "device",
-        cfg.device,
-        "must be 'auto', 'cpu' or 'cuda[:N]'",
-    )
-    _require(cfg.save_steps >= 1, "save_steps", cfg.save_steps, "must be >= 1")
-    _require(cfg.max_train_time_s >= 0, "max_train_time_s", cfg.max_train_time_s, "must be >= 0")
-    _require(cfg.threads >= 0, "threads", cfg.threads, "must be >= 0")
+    _require(1 <= o.steps_per_generation <= n, "optimization.steps_per_generation", o.steps_per_generation,
+             f"must be in [1, responses per rollout = {n}]")
+    _require(not (lc.loss_type == "gspo" and lc.importance_sampling_level == "token"), "loss.importance_sampling_level",
+             lc.importance_sampling_level, "gspo is defined on the sequence ratio")
+    _require(len(e.pass_k) >= 1 and all(1 <= k <= e.num_samples for k in e.pass_k), "evaluation.pass_k", e.pass_k,
+             f"each k must be in [1, num_samples={e.num_samples}]")
+    make_task(cfg.task.name, cfg.task.options)  # its errors name task.name / task.options

@@ -17,8 +17,8 @@ from collections import Counter, defaultdict
 
 import torch
 
-from .rollout import encode_prompts, sample
-from .task import Problem, verify
+from .rollout import encode_prompts, sample, score_completions
+from .task import Problem, RewardFn
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,15 +45,24 @@ def mean_ci(values: list[float], z: float = 1.96) -> tuple[float, float, float]:
 
 @torch.no_grad()
 def generate_answers(
-    model, tokenizer, problems, *, num_samples, temperature, max_completion_length, generator=None, batch_size=1024
+    model,
+    tokenizer,
+    problems,
+    *,
+    reward_fn: RewardFn,
+    num_samples,
+    temperature,
+    max_completion_length,
+    generator=None,
+    batch_size=1024,
 ):
     """(rewards, reasons) lists of length len(problems) * num_samples, grouped by problem."""
     device = next(model.parameters()).device
-    prompts = [p.prompt for p in problems for _ in range(num_samples)]
     owners = [p for p in problems for _ in range(num_samples)]
     rewards, reasons = [], []
-    for start in range(0, len(prompts), batch_size):
-        ids, mask = encode_prompts(tokenizer, prompts[start : start + batch_size], device)
+    for start in range(0, len(owners), batch_size):
+        chunk = owners[start : start + batch_size]
+        ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk], device)
         comp, cmask, _, _, finished = sample(
             model,
             ids,
@@ -64,12 +73,9 @@ def generate_answers(
             temperature=temperature,
             generator=generator,
         )
-        for j, (row, m, fin) in enumerate(zip(comp.tolist(), cmask.tolist(), finished.tolist(), strict=True)):
-            toks = [t for t, keep in zip(row, m, strict=True) if keep]
-            text = tokenizer.decode(toks[:-1] if fin else toks, skip_special_tokens=False)
-            r, why = verify(text, fin, owners[start + j])
-            rewards.append(r)
-            reasons.append(why)
+        for ep in score_completions(tokenizer, chunk, comp, cmask, finished, reward_fn):
+            rewards.append(ep.reward)
+            reasons.append(ep.reason)
     return rewards, reasons
 
 
@@ -78,6 +84,7 @@ def evaluate(
     tokenizer,
     problems: list[Problem],
     *,
+    reward_fn: RewardFn,
     num_samples: int = 4,
     temperature: float = 1.0,
     max_completion_length: int = 6,
@@ -85,7 +92,12 @@ def evaluate(
     greedy: bool = True,
     seed: int = 0,
 ) -> dict:
-    """Pass@1 (with CI), pass@k, greedy accuracy and a per-difficulty breakdown."""
+    """Pass@1 (with CI), pass@k, greedy accuracy and a per-difficulty breakdown.
+
+    A sample is solved when ``reward_fn`` gives it the reason ``"correct"`` (the Task
+    contract: full credit), so partial rewards never inflate Pass@1; ``reward_mean`` is
+    the mean reward itself.
+    """
     if not problems:
         raise ValueError("no problems to evaluate")
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
@@ -93,12 +105,14 @@ def evaluate(
         model,
         tokenizer,
         problems,
+        reward_fn=reward_fn,
         num_samples=num_samples,
         temperature=temperature,
         max_completion_length=max_completion_length,
         generator=gen,
     )
-    per_prompt = [rewards[i * num_samples : (i + 1) * num_samples] for i in range(len(problems))]
+    solved = [1.0 if why == "correct" else 0.0 for why in reasons]
+    per_prompt = [solved[i * num_samples : (i + 1) * num_samples] for i in range(len(problems))]
     rates = [sum(r) / num_samples for r in per_prompt]
     p1, lo, hi = mean_ci(rates)
     out = {
@@ -107,6 +121,7 @@ def evaluate(
         "num_prompts": len(problems),
         "num_samples": num_samples,
         "temperature": temperature,
+        "reward_mean": sum(rewards) / len(rewards),
         "reasons": dict(Counter(reasons)),
     }
     for k in pass_k:
@@ -117,11 +132,57 @@ def evaluate(
         by_diff[p.difficulty].append(rate)
     out["by_difficulty"] = {str(d): {"pass1": sum(v) / len(v), "num_prompts": len(v)} for d, v in sorted(by_diff.items())}
     if greedy:
-        g_rewards, _ = generate_answers(
-            model, tokenizer, problems, num_samples=1, temperature=0.0, max_completion_length=max_completion_length
+        _, g_reasons = generate_answers(
+            model,
+            tokenizer,
+            problems,
+            reward_fn=reward_fn,
+            num_samples=1,
+            temperature=0.0,
+            max_completion_length=max_completion_length,
         )
+        g_rewards = [1.0 if why == "correct" else 0.0 for why in g_reasons]
         out["greedy_accuracy"] = sum(g_rewards) / len(problems)
         for d in out["by_difficulty"]:
             sel = [r for p, r in zip(problems, g_rewards, strict=True) if str(p.difficulty) == d]
             out["by_difficulty"][d]["greedy_accuracy"] = sum(sel) / len(sel)
     return out
+
+
+def eval_temperature(cfg) -> float:
+    """The sampling temperature of held-out evaluation: ``evaluation.eval_temperature``, else the rollout's."""
+    e = cfg.evaluation.eval_temperature
+    return cfg.rollout.temperature if e is None else e
+
+
+def held_out_eval(model, tok, cfg, problems: list[Problem], reward_fn: RewardFn, seed_offset: int = 0) -> dict:
+    """:func:`evaluate` with a run config's evaluation settings (what the cold-start and final reports use)."""
+    e = cfg.evaluation
+    return evaluate(
+        model,
+        tok,
+        problems,
+        reward_fn=reward_fn,
+        num_samples=e.num_samples,
+        temperature=eval_temperature(cfg),
+        max_completion_length=cfg.rollout.max_completion_length,
+        pass_k=e.pass_k,
+        greedy=e.greedy,
+        seed=cfg.seed * 7919 + seed_offset,
+    )
+
+
+def dev_pass1(model, tok, cfg, dev: list[Problem], reward_fn: RewardFn, step: int) -> float:
+    """Sampled Pass@1 on the first ``evaluation.dev_prompts`` dev problems, one sample each (the per-step monitor)."""
+    res = evaluate(
+        model,
+        tok,
+        dev[: cfg.evaluation.dev_prompts],
+        reward_fn=reward_fn,
+        num_samples=1,
+        temperature=eval_temperature(cfg),
+        max_completion_length=cfg.rollout.max_completion_length,
+        greedy=False,
+        seed=cfg.seed * 1_000_003 + step,
+    )
+    return res["pass1"]

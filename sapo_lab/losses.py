@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .clip import check_clip_eps
+from .errors import NonFiniteError
 from .gates import check_temperature, log_gate_weight, log_update_coefficient_from_log_ratio
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
 
@@ -114,9 +115,9 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
         bad = m & ~torch.isfinite(t.detach())
         if bool(bad.any()):
             where = [tuple(int(i) for i in idx) for idx in bad.nonzero()[:5]]
-            raise ValueError(f"{name} is NaN or infinite at valid (response, token) positions {where}")
+            raise NonFiniteError(f"{name} is NaN or infinite at valid (response, token) positions {where}")
     if not bool(torch.isfinite(advantages.detach()).all()):
-        raise ValueError("advantages contain NaN or inf")
+        raise NonFiniteError("advantages contain NaN or inf")
     return m
 
 
@@ -287,3 +288,31 @@ def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau) ->
     if active is not None:
         out["clip_frac"] = float(((~active[used]) & signed).double().mean())
     return out
+
+
+def kl_to_reference(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, aggregation: str = "per_response"
+) -> torch.Tensor:
+    """KL(pi_theta || pi_ref) from sampled tokens by the k3 estimator, aggregated like the policy loss.
+
+    Per valid token, with ``d = ref_logp - logp``: ``k3 = exp(d) - d - 1`` (>= 0, unbiased
+    for the KL under samples from pi_theta). ``aggregation`` is the policy loss's
+    (:mod:`sapo_lab.masks`): ``per_response`` averages each response's tokens and then
+    the non-empty responses; ``token_pool`` averages all valid tokens. The reference is
+    frozen: the gradient flows into ``logp`` only.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if logp.shape != ref_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"logp, ref_logp and mask must share a shape, got {tuple(logp.shape)}, {tuple(ref_logp.shape)}, "
+                         f"{tuple(mask.shape)}")
+    m = check_mask(mask)
+    zero = torch.zeros_like(logp)
+    d = torch.where(m, ref_logp.detach().to(logp.dtype) - logp, zero)
+    k3 = torch.where(m, torch.exp(d) - d - 1.0, zero)
+    lengths = m.sum(dim=-1)
+    if not bool((lengths > 0).any()):
+        raise ValueError("mask selects no valid token: every response is empty")
+    if aggregation == "token_pool":
+        return k3.sum() / lengths.sum()
+    return (k3.sum(dim=-1) / lengths.clamp(min=1))[lengths > 0].mean()

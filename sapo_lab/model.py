@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-from .tokenizer import build_char_tokenizer, prepare_tokenizer
+from .tokenizer import DEFAULT_ALPHABET, build_char_tokenizer, prepare_tokenizer
 
 # Dropout is off everywhere: the behavior log-probs are recomputed by teacher forcing
 # and must match the sampling pass exactly at the first update.
@@ -62,14 +62,15 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def load_model_and_tokenizer(path_or_name: str = "cpu-tiny", seed: int | None = None):
+def load_model_and_tokenizer(path_or_name: str = "cpu-tiny", seed: int | None = None, alphabet: str = DEFAULT_ALPHABET):
     """(model, tokenizer) for a size name, a saved directory or a hub name.
 
-    A size name builds a fresh model with the character tokenizer. Anything else goes
-    through ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a hub name needs internet).
+    A size name builds a fresh model with the character tokenizer of ``alphabet`` (the
+    task's). Anything else goes through ``AutoModelForCausalLM`` / ``AutoTokenizer``
+    (a hub name needs internet) and brings its own tokenizer.
     """
     if path_or_name in MODEL_SIZES:
-        tok = build_char_tokenizer()
+        tok = build_char_tokenizer(alphabet)
         if path_or_name == "gpu-gpt2-small":
             vocab = MODEL_SIZES[path_or_name]["vocab_size"]  # GPT-2 small's embedding size, char ids below
         else:

@@ -12,15 +12,18 @@ columns ``[0, prompt_width)`` hold the left-padded prompt, columns
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import inspect
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from .device import autocast_for, synchronize
+from .errors import NonFiniteError
 from .model import position_ids_from_mask
-from .task import Problem, verify
+from .task import Problem, RewardFn
 
 
 @dataclass
@@ -37,41 +40,37 @@ class Episode:
 
 
 @dataclass
-class MiniBatch:
-    """What one optimizer step of Algorithm 2 reads: fixed advantages and behavior log-probs."""
+class Responses:
+    """The token layout every batch of responses shares: (n, P+T) ids and masks, (n, T) behavior log-probs."""
 
     input_ids: torch.Tensor  # (n, P+T)
     attention_mask: torch.Tensor  # (n, P+T)
     response_mask: torch.Tensor  # (n, P+T), 1 on response tokens incl. EOS
     behavior_logp: torch.Tensor  # (n, T)
-    advantages: torch.Tensor  # (n,)
-    ref_logp: torch.Tensor | None = None  # (n, T), only with a KL penalty
 
     @property
     def completion_mask(self) -> torch.Tensor:
         """(n, T) mask over the response columns, aligned with ``behavior_logp``."""
         return self.response_mask[:, -self.behavior_logp.shape[1] :]
 
+
+@dataclass
+class MiniBatch(Responses):
+    """What one optimizer step of Algorithm 2 reads: fixed advantages and behavior log-probs."""
+
+    advantages: torch.Tensor  # (n,)
+    ref_logp: torch.Tensor | None = None  # (n, T), only with a KL penalty
+
     def select(self, rows: torch.Tensor) -> MiniBatch:
         """The rows picked by an index or boolean tensor."""
-        return MiniBatch(
-            input_ids=self.input_ids[rows],
-            attention_mask=self.attention_mask[rows],
-            response_mask=self.response_mask[rows],
-            behavior_logp=self.behavior_logp[rows],
-            advantages=self.advantages[rows],
-            ref_logp=None if self.ref_logp is None else self.ref_logp[rows],
-        )
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(MiniBatch)}
+        return MiniBatch(**{k: None if v is None else v[rows] for k, v in values.items()})
 
 
 @dataclass
-class RolloutBatch:
+class RolloutBatch(Responses):
     """All responses of one rollout step, G consecutive rows per prompt."""
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    response_mask: torch.Tensor
-    behavior_logp: torch.Tensor
     rewards: torch.Tensor  # (N,)
     num_generations: int
     episodes: list[Episode] = field(default_factory=list)
@@ -82,11 +81,8 @@ class RolloutBatch:
 
     @property
     def num_responses(self) -> int:
+        """N = number of prompts * G."""
         return self.input_ids.shape[0]
-
-    @property
-    def completion_mask(self) -> torch.Tensor:
-        return self.response_mask[:, -self.behavior_logp.shape[1] :]
 
     def grouped_rewards(self) -> torch.Tensor:
         """Rewards shaped (num_prompts, G) for ``group_advantages``."""
@@ -105,27 +101,23 @@ class RolloutBatch:
             raise ValueError(f"num_minibatches must be in [1, {n}] for {n} responses, got {num_minibatches}")
         order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
         order = order.to(self.input_ids.device)
-        everything = MiniBatch(
-            input_ids=self.input_ids,
-            attention_mask=self.attention_mask,
-            response_mask=self.response_mask,
-            behavior_logp=self.behavior_logp,
-            advantages=self.advantages,
-            ref_logp=self.ref_logp,
-        )
+        everything = MiniBatch(**{f.name: getattr(self, f.name) for f in dataclasses.fields(MiniBatch)})
         return [everything.select(idx) for idx in torch.tensor_split(order, num_minibatches)]
 
 
-def autocast_for(device: torch.device):
-    """bf16 autocast on CUDA, nothing on CPU: one code path for both."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def encode_prompts(tokenizer, prompts: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``(input_ids, attention_mask)`` of the prompts, on ``device``."""
     enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)
     return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def cache_argument(model) -> str:
+    """The name under which ``model.forward`` takes and returns its KV cache.
+
+    transformers 5 calls it ``cache``; 4.x calls it ``past_key_values`` (and a 4.x model
+    would swallow ``cache=`` through ``**kwargs`` and sample without a cache).
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 @torch.no_grad()
@@ -167,7 +159,7 @@ def sample(
     pos = position_ids_from_mask(prompt_mask)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     toks, masks, logps, ents = [], [], [], []
-    past = None
+    past, cache_name = None, cache_argument(model)
     step_ids, step_pos, step_attn = prompt_ids, pos, prompt_mask
     try:
         for i in range(max_new_tokens):
@@ -176,18 +168,18 @@ def sample(
                     input_ids=step_ids,
                     attention_mask=step_attn,
                     position_ids=step_pos,
-                    cache=past,
                     use_cache=True,
                     logits_to_keep=1,
+                    **{cache_name: past},
                 )
-            past = out.cache
+            past = getattr(out, cache_name)
             logits = out.logits[:, -1, :].float()
             if i == 0 and g > 1:  # share the prompt forward across the group
                 past.batch_repeat_interleave(g)
                 logits = logits.repeat_interleave(g, dim=0)
                 step_pos = step_pos.repeat_interleave(g, dim=0)
             if not bool(torch.isfinite(logits).all()):
-                raise FloatingPointError("the policy produced NaN or inf logits while sampling")
+                raise NonFiniteError("the policy produced NaN or inf logits while sampling")
             if temperature > 0:
                 logits = logits / temperature
             logp_all = F.log_softmax(logits, dim=-1)
@@ -219,18 +211,51 @@ def sample(
     )
 
 
+def score_completions(
+    tokenizer,
+    owners: list[Problem],
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    finished: torch.Tensor,
+    reward_fn: RewardFn,
+    group_size: int = 1,
+) -> list[Episode]:
+    """Decode sampled completions and score each with ``reward_fn``: the one scoring path of rollouts and evaluation.
+
+    Row i of the (N, T) tensors answers ``owners[i]`` and belongs to group ``i // group_size``.
+    The text is what precedes EOS; special tokens stay in it, so that e.g. a sampled
+    ``<unk>`` makes an answer invalid rather than vanish.
+    """
+    episodes = []
+    rows = zip(completion_ids.cpu().tolist(), completion_mask.cpu().tolist(), finished.cpu().tolist(), strict=True)
+    for i, (ids, m, fin) in enumerate(rows):
+        ids = [t for t, keep in zip(ids, m, strict=True) if keep]
+        text = tokenizer.decode(ids[:-1] if fin else ids, skip_special_tokens=False)
+        reward, reason = reward_fn(text, fin, owners[i])
+        reward = float(reward)
+        if reward != reward or reward in (float("inf"), float("-inf")):
+            raise NonFiniteError(f"reward_fn returned {reward} for completion {text!r} of prompt {owners[i].prompt!r}")
+        episodes.append(Episode(owners[i], text, ids, fin, reward, reason, i // group_size))
+    return episodes
+
+
 def rollout(
     model,
     tokenizer,
     problems: list[Problem],
     *,
+    reward_fn: RewardFn,
     num_generations: int,
     max_completion_length: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     device=None,
 ) -> RolloutBatch:
-    """Sample ``num_generations`` responses per problem, verify them, and pack a RolloutBatch."""
+    """Sample ``num_generations`` responses per problem, score them with ``reward_fn`` and pack a RolloutBatch.
+
+    ``reward_fn(completion_text, finished, problem) -> (reward, reason)`` is usually the
+    task's ``verify``; any other reward with that signature works.
+    """
     if num_generations < 1:
         raise ValueError(f"num_generations must be >= 1, got {num_generations}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -247,28 +272,18 @@ def rollout(
         temperature=temperature,
         generator=generator,
     )
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     sample_s = time.perf_counter() - t0
     prompt_ids = unique_ids.repeat_interleave(num_generations, dim=0)
     prompt_mask = unique_mask.repeat_interleave(num_generations, dim=0)
-    episodes, rewards = [], []
-    comp_cpu, mask_cpu, fin_cpu = comp.cpu().tolist(), comp_mask.cpu().tolist(), finished.cpu().tolist()
-    for i, (ids, m, fin) in enumerate(zip(comp_cpu, mask_cpu, fin_cpu, strict=True)):
-        ids = [t for t, keep in zip(ids, m, strict=True) if keep]
-        body = ids[:-1] if fin else ids  # the text before EOS
-        # Special tokens stay in the text, so that e.g. a sampled <unk> makes the answer invalid.
-        text = tokenizer.decode(body, skip_special_tokens=False)
-        problem = problems[i // num_generations]
-        reward, reason = verify(text, fin, problem)
-        rewards.append(reward)
-        episodes.append(Episode(problem, text, ids, fin, reward, reason, i // num_generations))
+    owners = [p for p in problems for _ in range(num_generations)]
+    episodes = score_completions(tokenizer, owners, comp, comp_mask, finished, reward_fn, group_size=num_generations)
     return RolloutBatch(
         input_ids=torch.cat([prompt_ids, comp], 1),
         attention_mask=torch.cat([prompt_mask, comp_mask], 1),
         response_mask=torch.cat([torch.zeros_like(prompt_mask), comp_mask], 1),
         behavior_logp=logp,
-        rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
+        rewards=torch.tensor([ep.reward for ep in episodes], dtype=torch.float32, device=device),
         num_generations=num_generations,
         episodes=episodes,
         entropy=ent,

@@ -6,7 +6,7 @@ import torch
 
 from sapo_lab.evaluation import evaluate, mean_ci, pass_at_k
 from sapo_lab.model import build_model
-from sapo_lab.task import make_splits
+from sapo_lab.task import make_splits, verify
 from sapo_lab.tokenizer import build_char_tokenizer
 
 
@@ -34,9 +34,9 @@ def test_evaluate_report():
     torch.manual_seed(0)
     model = build_model("cpu-micro", vocab_size=len(tok))
     probs = make_splits(seed=0, max_digits=2, num_train=20, num_dev=5, num_eval=12)["eval"]
-    res = evaluate(model, tok, probs, num_samples=3, pass_k=(1, 3), max_completion_length=4)
+    res = evaluate(model, tok, probs, reward_fn=verify, num_samples=3, pass_k=(1, 3), max_completion_length=4)
     assert set(res) >= {"pass1", "pass1_ci95", "pass@3", "greedy_accuracy", "by_difficulty", "reasons"}
     assert sum(res["reasons"].values()) == 36
     assert res["pass1_ci95"][0] <= res["pass1"] <= res["pass1_ci95"][1]
     assert sum(v["num_prompts"] for v in res["by_difficulty"].values()) == 12
-    assert res == evaluate(model, tok, probs, num_samples=3, pass_k=(1, 3), max_completion_length=4)
+    assert res == evaluate(model, tok, probs, reward_fn=verify, num_samples=3, pass_k=(1, 3), max_completion_length=4)

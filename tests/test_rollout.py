@@ -4,7 +4,7 @@ import torch
 from sapo_lab import group_advantages, policy_loss
 from sapo_lab.model import build_model, response_logprobs
 from sapo_lab.rollout import RolloutBatch, rollout, sample
-from sapo_lab.task import make_splits
+from sapo_lab.task import make_splits, verify
 from sapo_lab.tokenizer import build_char_tokenizer
 
 
@@ -23,6 +23,7 @@ def _batch(setup, temperature=1.0, seed=0, G=4, length=5):
         model,
         tok,
         problems,
+        reward_fn=verify,
         num_generations=G,
         max_completion_length=length,
         temperature=temperature,

@@ -59,27 +59,25 @@ def test_end_to_end_each_loss_type(tmp_path, loss_type):
         assert "clip_frac" in rows[0]
 
 
-def _parity_reward(monkeypatch):
+def parity_reward(text, finished, problem):
     """A reward that varies within groups even for an untrained micro model."""
-    import sapo_lab.rollout as rollout_mod
-
-    monkeypatch.setattr(rollout_mod, "verify", lambda text, fin, p: (float(len(text) % 2), "wrong"))
+    return float(len(text) % 2), "wrong"
 
 
-def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path, monkeypatch):
-    _parity_reward(monkeypatch)  # so that the policy actually moves between steps
+def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
     cfg = micro(save_steps=10)  # only the interruption writes a checkpoint
-    train(cfg, str(tmp_path / "full"), log=lambda m: None, progress=False)
+    # The parity reward makes the policy actually move between steps.
+    train(cfg, str(tmp_path / "full"), reward_fn=parity_reward, log=lambda m: None, progress=False)
 
     def stop_after_two(trainer, row):
         if row["step"] == 2:
             trainer.request_stop()  # what Ctrl-C does: finish the step, checkpoint, return
 
     part = str(tmp_path / "part")
-    out = train(cfg, part, log=lambda m: None, progress=False, on_step_end=stop_after_two)
+    out = train(cfg, part, reward_fn=parity_reward, log=lambda m: None, progress=False, on_step_end=stop_after_two)
     assert out["status"] == "interrupted" and out["step"] == 2
     assert not os.path.exists(os.path.join(part, "summary.json"))
-    resumed = train(cfg, part, resume=True, log=lambda m: None, progress=False)
+    resumed = train(cfg, part, resume=True, reward_fn=parity_reward, log=lambda m: None, progress=False)
     rows = _rows(part)
     assert rows == _rows(str(tmp_path / "full"))
     assert all(r["grad_norm"] > 0 for r in rows) and len({r["entropy"] for r in rows}) == 4
@@ -126,9 +124,9 @@ def test_learning_rate_schedules():
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
-    import sapo_lab.trainer as trainer_mod
+    import sapo_lab.update as update_mod
 
-    real = trainer_mod.policy_loss
+    real = update_mod.policy_loss
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -138,7 +136,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
             out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(trainer_mod, "policy_loss", flaky)
+    monkeypatch.setattr(update_mod, "policy_loss", flaky)
     with pytest.raises(TrainingDiverged, match="step 3, minibatch 0: loss is nan"):
         train(micro(skip_zero_advantage=False), str(tmp_path), log=lambda m: None, progress=False)
     assert (tmp_path / "checkpoints" / "step-000002" / "model.safetensors").exists()
@@ -151,21 +149,18 @@ def test_time_limit_finishes_the_run_with_a_summary(tmp_path):
 
 
 @pytest.mark.parametrize("aggregation", ["per_response", "token_pool"])
-def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, monkeypatch, aggregation):
-    import sapo_lab.rollout as rollout_mod
+def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, aggregation):
     from sapo_lab.trainer import Trainer
 
-    # A reward that varies within groups, so minibatches mix zero and non-zero advantages.
-    monkeypatch.setattr(rollout_mod, "verify", lambda text, fin, p: (float(len(text) % 2), "wrong"))
     params = []
     for skip in (True, False):
         t = Trainer(
             micro(skip_zero_advantage=skip, aggregation=aggregation),
             str(tmp_path / str(skip)),
+            reward_fn=parity_reward,  # varies within groups: minibatches mix zero and non-zero advantages
             log=lambda m: None,
             progress=False,
         )
-        t._setup()
         # Plain SGD: Adam would blow float noise on gradients that are exactly 0 in theory
         # (e.g. attention key biases) up to full-size steps and hide the comparison.
         t.opt = torch.optim.SGD(t.model.parameters(), lr=1e-2)
