@@ -17,7 +17,8 @@ def toc_files():
     files = [TOC["root"]]
     for part in TOC["parts"]:
         assert part.get("caption"), "every part of the table of contents has a caption"
-        files += [c["file"] for c in part["chapters"]]
+        for chapter in part["chapters"]:
+            files += [chapter["file"]] + [section["file"] for section in chapter.get("sections", [])]
     return files
 
 

@@ -73,12 +73,13 @@ def test_foreign_checkpoint_without_pad_token_gets_one(tmp_path):
     model, t = load_model_and_tokenizer(str(tmp_path))
     assert t.pad_token_id == t.eos_token_id == 0 and t.padding_side == "left"
     from sapo_lab.rollout import rollout
-    from sapo_lab.task import make_problem
+    from sapo_lab.task import make_problem, verify
 
     batch = rollout(
         model,
         t,
         [make_problem(3, 4, 2)],
+        reward_fn=verify,
         num_generations=3,
         max_completion_length=4,
         generator=torch.Generator().manual_seed(0),
