@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv static book book-html lint unit nbval browser test train clean
+.PHONY: venv static book book-html lint unit nbval browser test train clean min-test
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,27 @@ browser: venv
 
 test: lint unit nbval book-html browser
 
+# Compatibility leg: the lowest versions pyproject.toml declares (constraints-min.txt), installed
+# through pyproject.toml's own ranges so that a range and its pin cannot drift apart; the test
+# tools keep requirements.txt's pins. Runs the unit tests and the notebook that trains a task.
+MIN_VENV := .venv-min
+MIN_STAMP := $(MIN_VENV)/.installed
+MIN_NOTEBOOK := book/10a_bring_your_own_task.ipynb
+
+$(MIN_STAMP): constraints-min.txt pyproject.toml requirements.txt
+	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	grep -E '^(pytest|hypothesis|sympy|nbval|ipykernel|matplotlib)==' requirements.txt > $(MIN_VENV)/test-tools.txt
+	$(MIN_VENV)/bin/python -m pip install -q -c constraints-min.txt -e . -r $(MIN_VENV)/test-tools.txt pyyaml
+	touch $(MIN_STAMP)
+
+min-test: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -m pip check
+	$(MIN_VENV)/bin/python tools/check_min_versions.py constraints-min.txt
+	$(MIN_VENV)/bin/python -m pytest -q -m "not browser"
+	$(MIN_VENV)/bin/python -m pytest -q --nbval-lax --nbval-current-env $(MIN_NOTEBOOK)
+
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny
 
 clean:
-	rm -rf _build book/_static/mathjax book/_static/plotly.min.js
+	rm -rf $(MIN_VENV) _build book/_static/mathjax book/_static/plotly.min.js
