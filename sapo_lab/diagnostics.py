@@ -366,20 +366,36 @@ def token_sequence_gradient_comparison(
         def project(weight):
             return torch.einsum("bt,btd->d", weight, h)
 
-    def vectors(rows):
-        sel = rows[:, None].to(torch.float64)
-        return {k: project(w[k] * sel) for k in ("token", "sequence", "covariance", "scalar_gap")}
+    # Every stratum is a union of cells (length bin x tail/bulk), and every vector is linear in
+    # the weights, so three vector-Jacobian products per non-empty cell give all the vectors:
+    # token, covariance and scalar gap (sequence = token - covariance - scalar gap, exactly).
+    strata = _strata(z, m, signed, length_edges, tail_log_ratio)
+    length_names = [k for k in strata if k.startswith("len_")]
+    cells = {}
+    for ln in length_names:
+        for tn in ("ratio_bulk", "ratio_tail"):
+            rows = strata[ln] & strata[tn]
+            if bool(rows.any()):
+                sel = rows[:, None].to(torch.float64)
+                cells[ln, tn] = {k: project(w[k] * sel) for k in ("token", "covariance", "scalar_gap")}
+
+    def vectors(keys):
+        parts = [cells[c] for c in keys if c in cells]
+        vec = {k: sum(p[k] for p in parts) for k in ("token", "covariance", "scalar_gap")}
+        vec["sequence"] = vec["token"] - vec["covariance"] - vec["scalar_gap"]
+        return vec
 
     def metrics(vec, rows):
         n = int(rows.sum())
         if n == 0:
             return {k: (0 if k == "responses" else None) for k in TOKSEQ_METRICS}
-        diff = vec["token"] - vec["sequence"]
-        return {"cos": cosine(vec["token"], vec["sequence"], low_norm), "abs_err": float(diff.norm()),
+        return {"cos": cosine(vec["token"], vec["sequence"], low_norm),
+                "abs_err": float((vec["covariance"] + vec["scalar_gap"]).norm()),
                 "cov_norm": float(vec["covariance"].norm()), "scalar_norm": float(vec["scalar_gap"].norm()),
                 "tok_norm": float(vec["token"].norm()), "seq_norm": float(vec["sequence"].norm()), "responses": n}
 
-    total = metrics(vectors(signed), signed)
+    all_cells = list(cells)
+    total = metrics(vectors(all_cells), signed)
     out = {f"tokseq_{k}": v for k, v in total.items()}
     out["tokseq_rel_err"] = (total["abs_err"] / total["tok_norm"]
                              if total["tok_norm"] is not None and total["tok_norm"] >= low_norm else None)
@@ -397,6 +413,7 @@ def token_sequence_gradient_comparison(
         sd_part = c_unit.pow(2).sum(-1).div(n).sqrt() * n          # beta_i |A_i| sd_t(c)
         rms_h = torch.where(m, h.pow(2).sum(-1), 0.0).sum(-1).div(n).sqrt()
         out["tokseq_cov_cs_bound"] = float((sd_part * rms_h)[signed].sum())
-    for name, rows in _strata(z, m, signed, length_edges, tail_log_ratio).items():
-        out.update({f"tokseq_{name}_{k}": v for k, v in metrics(vectors(rows), rows).items()})
+    for name, rows in strata.items():
+        keys = [c for c in all_cells if name in c]
+        out.update({f"tokseq_{name}_{k}": v for k, v in metrics(vectors(keys), rows).items()})
     return out
