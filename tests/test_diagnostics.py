@@ -320,3 +320,20 @@ def test_diagnostics_import_no_training_stack():
     code = ("import sys, sapo_lab.diagnostics; bad = [m for m in ('sapo_lab.trainer', 'sapo_lab.cli', 'transformers') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_aggregation_and_loss_scale_reach_the_comparison():
+    model, logp, behavior, adv, mask = tiny_batch(seed=7)
+    params = list(model.parameters())
+    base = token_sequence_gradient_comparison(logp, behavior, adv, mask, params=params)
+    pooled = token_sequence_gradient_comparison(logp, behavior, adv, mask, params=params, aggregation="token_pool")
+    half = token_sequence_gradient_comparison(logp, behavior, adv, mask, params=params, loss_scale=0.5)
+    flat = torch.cat([p.flatten() for p in torch.autograd.grad(
+        policy_loss(logp, behavior, adv, mask, aggregation="token_pool").loss, params, retain_graph=True)])
+    assert pooled["tokseq_tok_norm"] == pytest.approx(float(flat.norm()), rel=1e-10)
+    assert pooled["tokseq_tok_norm"] != pytest.approx(base["tokseq_tok_norm"], rel=1e-3)
+    # The coefficient gap is in coefficient units: the same whatever the aggregation or scale.
+    assert pooled["tokseq_coef_gap_mean"] == pytest.approx(base["tokseq_coef_gap_mean"], rel=1e-10)
+    assert half["tokseq_coef_gap_mean"] == pytest.approx(base["tokseq_coef_gap_mean"], rel=1e-10)
+    assert half["tokseq_abs_err"] == pytest.approx(base["tokseq_abs_err"] / 2, rel=1e-10)
+    assert half["tokseq_cos"] == pytest.approx(base["tokseq_cos"], rel=1e-12)

@@ -315,10 +315,10 @@ def test_split_with_no_signal_reports_nan_cells_not_zero():
 
 def test_new_loss_types_are_offered_and_bad_options_still_raise():
     assert {"sapo_directional", "gauss"} <= set(LOSS_TYPES)
-    with pytest.raises(ValueError, match="tau"):
-        policy_loss(*random_batch(), loss_type="gauss", tau_neg=0.0)
-    with pytest.raises(ValueError, match="tau"):
-        policy_loss(*random_batch(), loss_type="sapo_directional", tau_pos=-1.0)
+    for kind, bad in (("gauss", dict(tau_neg=0.0)), ("sapo_directional", dict(tau_pos=-1.0))):
+        for compute_stats in (True, False):   # validated up front, not only when the stats happen to need tau
+            with pytest.raises(ValueError, match="tau"):
+                policy_loss(*random_batch(), loss_type=kind, compute_stats=compute_stats, **bad)
 
 
 # --- config and training wiring --------------------------------------------------------------------
