@@ -8,14 +8,10 @@ unclipped update passes. SAPO attenuates both sides. Four kernels separate the e
 each described by its gate ``w(r)`` (the multiplier on the unclipped importance-weighted
 update ``A r grad log p``, so the token's coefficient on ``grad log p`` is ``r w(r)``):
 
-========================  ===========  ===============================================
-kernel                    loss_type    gate w(r)
-========================  ===========  ===============================================
-directional hard clip     ``grpo``     1 on the live side of the clip, 0 past its bound
-directional smooth clip   ``sapo_directional``  w_tau(r) on the cut side, 1 on the other
-bidirectional smooth      ``sapo``     w_tau(r) = sech^2(tau (r - 1) / 2) on both sides
-other smooth kernel       ``gauss``    exp(-(r - 1)^2 / (2 sigma_tau^2)) on both sides
-========================  ===========  ===============================================
+* directional hard clip, ``grpo``: 1 on the live side of the clip, 0 past its bound;
+* directional smooth clip, ``sapo_directional``: w_tau(r) on the cut side, 1 on the other;
+* bidirectional smooth attenuation, ``sapo``: w_tau(r) = sech^2(tau (r - 1) / 2) on both sides;
+* another smooth kernel, ``gauss``: exp(-(r - 1)^2 / (2 sigma_tau^2)) on both sides.
 
 The "cut side" of ``sapo_directional`` is ``r > 1`` for A > 0 and ``r < 1`` for A < 0
 (for A = 0 nothing is learned, whichever gate). It uses SAPO's gate from r = 1 on, not
