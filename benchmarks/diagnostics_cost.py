@@ -17,6 +17,7 @@ Prints a markdown table of median milliseconds. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import collections
 import platform
 import random
 import statistics
@@ -78,6 +79,18 @@ def main() -> None:
     t_forward, lp = timed(forward, args.repeats)
     t_cmp, out = timed(lambda: token_sequence_gradient_comparison(lp, mb.behavior_logp, mb.advantages, mask,
                                                                   params=params), args.repeats)
+    # Worst case: every (length bin x tail/bulk) cell non-empty, so 12 vector-Jacobian products.
+    m = mask.bool()
+    lengths = m.sum(-1)
+    max_z = torch.where(m, (lp.detach() - mb.behavior_logp).abs(), 0.0).amax(-1)
+    signed = mb.advantages != 0
+    split_len = int(lengths[signed].float().quantile(0.5)) - 1
+    split_tail = float(max_z[signed].quantile(0.5))
+    t_cmp4, out4 = timed(lambda: token_sequence_gradient_comparison(
+        lp, mb.behavior_logp, mb.advantages, mask, params=params, length_edges=(split_len,),
+        tail_log_ratio=split_tail), args.repeats)
+    cells4 = [out4[f"tokseq_{a}_responses"] for a in (f"len_le{split_len}", f"len_gt{split_len}", "ratio_bulk",
+                                                      "ratio_tail")]
     with torch.no_grad():
         lp_all, ent = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask,
                                         return_entropy=True)
@@ -93,7 +106,9 @@ def main() -> None:
     print(f"| one update (forward + policy_loss + backward) | {t_update:.1f} |")
     print(f"| teacher-forced forward alone | {t_forward:.1f} |")
     print(f"| token_sequence_gradient_comparison (params, given logp) | {t_cmp:.1f} |")
+    print(f"| token_sequence_gradient_comparison, all four cells non-empty (strata sizes {cells4}) | {t_cmp4:.1f} |")
     print(f"| step_diagnostics (whole rollout batch) | {t_step:.2f} |")
+    print(f"\nlengths of the minibatch's signed responses: {sorted(collections.Counter(lengths[signed].tolist()).items())}")
     print(f"\nkeys: comparison {len(out)}, step {len(row)}; tokseq_cos {out['tokseq_cos']:.6f}, "
           f"abs_err {out['tokseq_abs_err']:.3e}, cov_norm {out['tokseq_cov_norm']:.3e}, "
           f"scalar_norm {out['tokseq_scalar_norm']:.3e}, responses {out['tokseq_responses']}")
