@@ -1,6 +1,7 @@
 """Policy losses for group-based LLM RL: SAPO, GRPO's PPO clip, and GSPO.
 
-All three share one pipeline (Algorithm 2 of the review):
+All of them (and the §14.2 ablation kernels of :mod:`sapo_lab.kernels`) share one
+pipeline (Algorithm 2 of the review):
 
 1. ``z = logp - behavior_logp`` on the valid response tokens (behavior log-probs are
    frozen: they carry no gradient);
@@ -349,7 +350,8 @@ def signal_removed_split(log_ratio: torch.Tensor, adv: torch.Tensor, weight: tor
         signal_removed_frac_{sign}_{side} = sum_C alpha |A| r (1 - w) / sum_C alpha |A| r,
         signal_share_{sign}_{side}        = sum_C alpha |A| r / sum_{A != 0} alpha |A| r,
 
-    and ``signal_removed_frac_{sign}`` is the same ratio over both sides. Tokens at r = 1
+    and ``signal_removed_frac_{sign}`` is the same ratio over both sides. At sequence level
+    z and r are the response's (every token of a response is on the same side). Tokens at r = 1
     exactly lose nothing under any kernel and belong to neither side, so
     ``signal_removed_frac == sum_C share_C * removed_C``. A cell without signal reports
     nan (undefined, not zero). Sums are taken as softmaxes over log masses, so they stay
