@@ -1,6 +1,7 @@
 """Policy losses for group-based LLM RL: SAPO, GRPO's PPO clip, and GSPO.
 
-All three share one pipeline (Algorithm 2 of the review):
+All of them (and the §14.2 ablation kernels of :mod:`sapo_lab.kernels`) share one
+pipeline (Algorithm 2 of the review):
 
 1. ``z = logp - behavior_logp`` on the valid response tokens (behavior log-probs are
    frozen: they carry no gradient);
@@ -24,9 +25,14 @@ import torch
 from .clip import check_clip_eps
 from .errors import NonFiniteError
 from .gates import check_temperature, log_gate_weight, log_update_coefficient_from_log_ratio
+from .kernels import gaussian_token_surrogate, log_directional_gate_from_log_ratio, log_gaussian_gate_from_log_ratio
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
 
-LOSS_TYPES = ("sapo", "grpo", "gspo")
+LOSS_TYPES = ("sapo", "grpo", "gspo", "sapo_directional", "gauss")
+# Kernels that take SAPO's temperatures (tau_pos / tau_neg); the others take the clip epsilons.
+# The review's §14.2 ablation: grpo (directional hard clip), sapo_directional (directional
+# smooth clip), sapo (bidirectional smooth), gauss (another smooth shape); see sapo_lab.kernels.
+SMOOTH_LOSS_TYPES = ("sapo", "sapo_directional", "gauss")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MAX_LOG_RATIO_POLICIES = ("record", "skip", "error")
 
@@ -73,6 +79,32 @@ def clip_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, eps_low: fl
         bound = torch.where(adv > 0, torch.full_like(r, 1.0 + eps_high), torch.full_like(r, 1.0 - eps_low))
     safe_z = torch.where(active, log_ratio, torch.zeros_like(log_ratio))
     return torch.where(active, torch.exp(safe_z), bound), active
+
+
+def directional_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, tau) -> torch.Tensor:
+    """Directional smooth clip as a function of the log ratio (an objective to maximize).
+
+    SAPO's centred gate on the side the hard clip would cut (z > 0 for A > 0, z < 0 for
+    A < 0), the unclipped ``e^z - 1`` on the other. Each branch sees a masked copy of z,
+    so a branch not taken never meets a huge e^z (0 * inf in the backward); A = 0 tokens
+    take the soft branch, whose coefficient is always finite (their loss is 0 anyway).
+    """
+    with torch.no_grad():
+        identity = ((adv > 0) & (log_ratio <= 0)) | ((adv < 0) & (log_ratio >= 0))
+    zeros = torch.zeros_like(log_ratio)
+    soft = sapo_token_surrogate(torch.where(identity, zeros, log_ratio), tau)
+    return torch.where(identity, torch.expm1(torch.where(identity, log_ratio, zeros)), soft)
+
+
+def kernel_log_gate(loss_type: str, log_ratio: torch.Tensor, adv: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """log w(r) of a smooth kernel at r = e^z: the log of the share of |A| r the kernel keeps."""
+    if loss_type == "sapo":
+        return log_gate_weight(torch.exp(log_ratio), tau)
+    if loss_type == "sapo_directional":
+        return log_directional_gate_from_log_ratio(log_ratio, adv, tau)
+    if loss_type == "gauss":
+        return log_gaussian_gate_from_log_ratio(log_ratio, tau)
+    raise ValueError(f"kernel_log_gate is defined for {SMOOTH_LOSS_TYPES}, got {loss_type!r}")
 
 
 @dataclass
@@ -154,11 +186,13 @@ def policy_loss(
         0/1 mask of valid response tokens (prompt and padding are 0).
     advantages : (batch,)
         One fixed advantage per response (no gradient flows into it).
-    loss_type : "sapo" | "grpo" | "gspo"
+    loss_type : "sapo" | "grpo" | "gspo" | "sapo_directional" | "gauss"
         ``grpo`` is PPO's clipped surrogate on token ratios; ``gspo`` is the same clip on
-        the sequence ratio.
+        the sequence ratio. ``sapo_directional`` applies SAPO's gate only on the side the
+        clip would cut (identity on the other); ``gauss`` is a Gaussian gate with SAPO's
+        slope and half-width at r = 1 (:mod:`sapo_lab.kernels`). Both use tau_pos/tau_neg.
     tau_pos, tau_neg : SAPO temperatures for A > 0 and A <= 0 (TRL's
-        ``sapo_temperature_pos`` / ``sapo_temperature_neg``).
+        ``sapo_temperature_pos`` / ``sapo_temperature_neg``), for every smooth kernel.
     clip_eps_low, clip_eps_high : clip range [1 - low, 1 + high] for grpo/gspo.
     importance_sampling_level : "token" | "sequence" | None
         None means "sequence" for gspo and "token" otherwise. Sequence level replaces
@@ -189,7 +223,7 @@ def policy_loss(
         raise ValueError(f"max_log_ratio_policy must be one of {MAX_LOG_RATIO_POLICIES}, got {max_log_ratio_policy!r}")
     if not float(max_log_ratio) > 0:
         raise ValueError(f"max_log_ratio must be > 0, got {max_log_ratio!r}")
-    if loss_type == "sapo":
+    if loss_type in SMOOTH_LOSS_TYPES:
         check_temperature(tau_pos)
         check_temperature(tau_neg)
     else:
@@ -226,6 +260,14 @@ def policy_loss(
         tau = token_temperatures(a_tok, tau_pos, tau_neg)
         surrogate = sapo_token_surrogate(z, tau)
         active = None
+    elif loss_type == "sapo_directional":
+        tau = token_temperatures(a_tok, tau_pos, tau_neg)
+        surrogate = directional_token_surrogate(z, a_tok, tau)
+        active = None
+    elif loss_type == "gauss":
+        tau = token_temperatures(a_tok, tau_pos, tau_neg)
+        surrogate = gaussian_token_surrogate(z, tau)
+        active = None
     else:
         surrogate, active = clip_token_surrogate(z, a_tok, clip_eps_low, clip_eps_high)
     token_loss = -a_tok * surrogate
@@ -236,7 +278,7 @@ def policy_loss(
     if compute_stats:
         with torch.no_grad():
             stats = _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active,
-                                tau if loss_type == "sapo" else None)
+                                tau if loss_type in SMOOTH_LOSS_TYPES else None, loss_type=loss_type)
             stats.update(
                 loss_type=loss_type,
                 importance_sampling_level=importance_sampling_level,
@@ -248,11 +290,14 @@ def policy_loss(
     return PolicyLossOutput(loss=loss, stats=stats, token_loss=token_loss, token_weight=weight)
 
 
-def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau) -> dict:
+def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau, loss_type="sapo") -> dict:
     zd = z.double()[used]
     ratio = torch.exp(zd)
     a = a_tok.double()[used]
-    if tau is not None:
+    if tau is not None and loss_type != "sapo":
+        log_gate = kernel_log_gate(loss_type, zd, a, tau.double()[used])
+        log_coef = zd + log_gate
+    elif tau is not None:
         t = tau.double()[used]
         log_gate = log_gate_weight(ratio, t)  # log(c / r) = log w
         log_coef = log_update_coefficient_from_log_ratio(zd, t)
@@ -271,6 +316,7 @@ def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau) ->
     else:
         removed = 0.0
     tz = token_z.double()[valid]
+    split = signal_removed_split(zd, a, weight.double()[used], log_gate)
     out = {
         "valid_tokens": int(valid.sum()),
         "used_tokens": int(used.sum()),
@@ -283,6 +329,7 @@ def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau) ->
         "signal_removed_frac": removed,
         "approx_kl": float((torch.expm1(tz) - tz).mean()),
     }
+    out.update(split)
     out.update(_quantiles(ratio, "ratio"))
     out.update(_quantiles(coef, "coef"))
     if active is not None:
@@ -316,3 +363,52 @@ def kl_to_reference(
     if aggregation == "token_pool":
         return k3.sum() / lengths.sum()
     return (k3.sum(dim=-1) / lengths.clamp(min=1))[lengths > 0].mean()
+
+
+SIGNAL_CELLS = (("pos", "below"), ("pos", "above"), ("neg", "below"), ("neg", "above"))
+
+
+def signal_removed_split(log_ratio: torch.Tensor, adv: torch.Tensor, weight: torch.Tensor, log_gate: torch.Tensor) -> dict:
+    """``signal_removed_frac`` split by advantage sign and by side of r = 1.
+
+    All inputs are 1-D over the tokens that enter the loss: log ratio z, advantage A,
+    aggregation weight alpha and the kernel's log gate log w(r) (log 0 = -inf where a
+    clip saturates). The unclipped signal of a token is ``alpha |A| r``; the kernel keeps
+    ``alpha |A| r w(r)``. For a cell C (A > 0 or A < 0; r < 1 "below" or r > 1 "above")
+
+        signal_removed_frac_{sign}_{side} = sum_C alpha |A| r (1 - w) / sum_C alpha |A| r,
+        signal_share_{sign}_{side}        = sum_C alpha |A| r / sum_{A != 0} alpha |A| r,
+
+    and ``signal_removed_frac_{sign}`` is the same ratio over both sides. At sequence level
+    z and r are the response's (every token of a response is on the same side). Tokens at r = 1
+    exactly lose nothing under any kernel and belong to neither side, so
+    ``signal_removed_frac == sum_C share_C * removed_C``. A cell without signal reports
+    nan (undefined, not zero). Sums are taken as softmaxes over log masses, so they stay
+    finite where r overflows.
+    """
+    out: dict = {}
+    signed = adv != 0
+    if not bool(signed.any()):
+        for sign, side in SIGNAL_CELLS:
+            out[f"signal_removed_frac_{sign}_{side}"] = float("nan")
+            out[f"signal_share_{sign}_{side}"] = 0.0
+        out["signal_removed_frac_pos"] = out["signal_removed_frac_neg"] = float("nan")
+        return out
+    z, a, lg = log_ratio[signed], adv[signed], log_gate[signed]
+    log_mass = torch.log(weight[signed] * a.abs()) + z
+    lost = 1.0 - torch.exp(lg)  # the share of each token's unclipped signal the kernel removes
+
+    def removed_in(cell):
+        if not bool(cell.any()):
+            return float("nan")
+        return float((torch.softmax(log_mass[cell], dim=0) * lost[cell]).sum())
+
+    share = torch.softmax(log_mass, dim=0)
+    sides = {"below": z < 0, "above": z > 0}
+    for sign, sign_cell in (("pos", a > 0), ("neg", a < 0)):
+        out[f"signal_removed_frac_{sign}"] = removed_in(sign_cell)
+        for side, side_cell in sides.items():
+            cell = sign_cell & side_cell
+            out[f"signal_removed_frac_{sign}_{side}"] = removed_in(cell)
+            out[f"signal_share_{sign}_{side}"] = float(share[cell].sum())
+    return out
