@@ -14,6 +14,9 @@ sorting              s93142=          12349                       number of digi
 reversal             r93142=          24139                       number of digits
 scratchpad_addition  047+385:         75012,48113,03104=2340      carries
 
+``addition_carry_dropped`` is addition whose training labels carry a known systematic
+error (a cold start with a flaw, for review 14.5; see :class:`CarryDroppedColdStart`).
+
 Numbers are written least-significant digit first, as in :mod:`sapo_lab.task`: a causal
 model then emits each digit after the carry or borrow it depends on.
 
@@ -45,7 +48,7 @@ import re
 from . import task as addition_task
 from .task import Problem, count_carries, reversed_sum
 
-REASONS = ("correct", "wrong", "invalid", "truncated", "wrong_trace")
+REASONS = ("correct", "wrong", "invalid", "truncated", "wrong_trace", "carry_dropped")
 DIGITS = "0123456789"
 
 
@@ -338,6 +341,65 @@ class ScratchpadAddition:
         return 1.0, "correct"
 
 
+def carry_free_sum(a: int, b: int, width: int) -> str:
+    """The reversed sum with every carry dropped (column digits added mod 10): a systematic error."""
+    return "".join(str((a // 10**i % 10 + b // 10**i % 10) % 10) for i in range(width)) + "0"
+
+
+class CarryDroppedColdStart:
+    """Addition whose *training labels* carry a known systematic error; its verifier does not.
+
+    A cold start with a known flaw for the cost-of-conservatism study (review 14.5): in
+    the ``train`` split, a fraction ``corrupt_fraction`` of the problems that have a carry
+    get the carry-free answer (``carry_free_sum``: 47+85 labelled ``"220"`` instead of
+    ``"231"``), chosen by a seeded draw. Supervised warm-up on ``train`` therefore learns
+    to drop carries some of the time. ``dev`` and ``eval`` are untouched, and ``verify``
+    recomputes the true sum from the prompt, so RL rewards only the right answer. The
+    verifier names the systematic error: ``carry_dropped`` (reward 0) when a completion
+    is the carry-free answer of a problem that has a carry, so the per-step ``reasons``
+    show how fast a method removes it. ``difficulty`` = number of carries.
+    """
+
+    name = "addition_carry_dropped"
+    alphabet = "0123456789+="
+    prompt_pattern = re.compile(r"[0-9]+\+[0-9]+=")
+
+    def __init__(self, min_digits: int = 1, max_digits: int = 2, corrupt_fraction: float = 0.5):
+        _operand_range(min_digits, max_digits)
+        if not 0.0 <= corrupt_fraction <= 1.0:
+            raise ValueError(f"corrupt_fraction must be in [0, 1], got {corrupt_fraction}")
+        self.min_digits, self.max_digits, self.corrupt_fraction = min_digits, max_digits, corrupt_fraction
+
+    @property
+    def max_answer_length(self) -> int:
+        """Characters in the longest canonical answer (EOS not counted)."""
+        return self.max_digits + 1
+
+    def _operands(self, prompt: str) -> tuple[int, int]:
+        a, b = prompt[:-1].split("+")
+        return int(a), int(b)
+
+    def make_splits(self, seed: int, num_train: int, num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
+        """The addition splits, with the declared fraction of carrying train labels corrupted."""
+        splits = ReversedAddition(self.min_digits, self.max_digits).make_splits(seed, num_train, num_dev, num_eval)
+        rng = random.Random(f"sapo-lab-carry-dropped-{seed}")
+        train = []
+        for p in splits["train"]:
+            if p.difficulty > 0 and rng.random() < self.corrupt_fraction:
+                p = Problem(p.prompt, carry_free_sum(*self._operands(p.prompt), self.max_digits), p.difficulty)
+            train.append(p)
+        return {**splits, "train": train}
+
+    def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
+        """Rules 1-4 against the true sum recomputed from the prompt; ``carry_dropped`` names the flaw."""
+        a, b = self._operands(problem.prompt)
+        truth = reversed_sum(a, b, self.max_digits)
+        reward, reason = _digit_verdict(completion_text, finished, truth)
+        if reason == "wrong" and count_carries(a, b) > 0 and completion_text.strip() == carry_free_sum(a, b, self.max_digits):
+            return 0.0, "carry_dropped"
+        return reward, reason
+
+
 def _family_seed(seed: int, family: str) -> int:
     """Independent, stable seeds per family (Python's hash() is salted per process)."""
     return int(hashlib.sha256(f"sapo-lab-suite-{seed}-{family}".encode()).hexdigest()[:12], 16)
@@ -437,6 +499,7 @@ SUITE_TASKS = {
     "sorting": DigitSort,
     "reversal": Reversal,
     "scratchpad_addition": ScratchpadAddition,
+    "addition_carry_dropped": CarryDroppedColdStart,
     "suite": MixedSuite,
 }
 

@@ -12,6 +12,7 @@ from sapo_lab.task_suite import (
     FAMILIES,
     REASONS,
     SUITE_TASKS,
+    CarryDroppedColdStart,
     DigitSort,
     MixedSuite,
     Reversal,
@@ -60,7 +61,7 @@ def independent_difficulty(name, prompt):
     return sum(ch.isdigit() for ch in prompt)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ALL if n not in ("suite", "scratchpad_addition")))
+@pytest.mark.parametrize("name", sorted(n for n in ALL if n not in ("suite", "scratchpad_addition", "addition_carry_dropped")))
 def test_answers_and_difficulty_match_independent_computation(name):
     task = ALL[name]()
     for split in task.make_splits(0, **SIZES).values():
@@ -243,3 +244,30 @@ def test_every_family_prompt_format_is_distinct():
         for p in t.make_splits(0, num_train=50, num_dev=5, num_eval=5)["train"]:
             owners = [n for n, other in tasks.items() if other.prompt_pattern.fullmatch(p.prompt)]
             assert owners == [name], p.prompt
+
+
+def test_carry_dropped_cold_start_corrupts_only_training_labels():
+    t = CarryDroppedColdStart(max_digits=2, corrupt_fraction=0.5)
+    got = t.make_splits(0, num_train=2000, num_dev=40, num_eval=60)
+    clean = ReversedAddition(max_digits=2).make_splits(0, num_train=2000, num_dev=40, num_eval=60)
+    assert got["eval"] == clean["eval"] and got["dev"] == clean["dev"]  # held-out splits are untouched
+    corrupted = carrying = 0
+    for p, q in zip(got["train"], clean["train"], strict=True):
+        assert (p.prompt, p.difficulty) == (q.prompt, q.difficulty)
+        a, b = _operands(p.prompt)
+        pairs = zip(f"{a:02d}"[::-1], f"{b:02d}"[::-1], strict=True)
+        no_carry = "".join(str((int(x) + int(y)) % 10) for x, y in pairs) + "0"
+        if p.answer != q.answer:
+            assert p.answer == no_carry and p.difficulty > 0  # the one declared error, only where it is an error
+            corrupted += 1
+        carrying += p.difficulty > 0
+    assert abs(corrupted / carrying - 0.5) < 0.06
+    p = next(p for p, q in zip(got["train"], clean["train"], strict=True) if p.answer != q.answer)
+    truth = independent_answer("addition", p.prompt)
+    assert t.verify(truth, True, p) == (1.0, "correct")  # the verifier ignores the corrupted label
+    assert t.verify(p.answer, True, p) == (0.0, "carry_dropped")
+    assert t.verify("999", True, p) == (0.0, "wrong") and t.verify(truth, False, p) == (0.0, "truncated")
+    no_carry_problem = next(p for p in got["train"] if p.difficulty == 0)
+    assert t.verify(no_carry_problem.answer, True, no_carry_problem) == (1.0, "correct")
+    plain = ReversedAddition().make_splits(0, 300, 10, 10)
+    assert CarryDroppedColdStart(corrupt_fraction=0.0).make_splits(0, 300, 10, 10) == plain
