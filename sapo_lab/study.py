@@ -304,9 +304,12 @@ def _environment() -> dict:
 
     from . import __version__
 
-    def git(*args):
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args):  # the commit of the sapo_lab that runs, wherever the study is started from
         try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10).stdout.strip() or None
+            out = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, timeout=10)
+            return out.stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -403,39 +406,10 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     return record
 
 
-def run_study(
-    path: str,
-    results_root: str = "results",
-    *,
-    log=print,
-    progress: bool | None = None,
-    on_step_end=None,
-    shard: tuple[int, int] = (0, 1),
-) -> dict:
-    """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
-
-    ``shard=(i, n)`` runs only runs ``i, i+n, ...`` (several processes can share a study);
-    the summary covers every finished run. ``on_step_end(trainer, row)`` is passed to each
-    run's trainer (tests interrupt through it).
-    """
+def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> str:
+    """Train or skip each run of this shard; returns ``completed`` or ``interrupted``."""
     from .trainer import TrainingDiverged, train
 
-    study = load_study(path)
-    out = os.path.join(results_root, study["name"])
-    runs = expand_runs(study, results_root)
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
-    with open(os.path.join(out, ".gitignore"), "w") as f:
-        f.write(GITIGNORE)
-    declared = os.path.join(out, "study.json")
-    if os.path.isfile(declared):
-        with open(declared) as f:
-            if json.load(f) != study:
-                raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
-    _write_json(declared, study)
-    env = {"started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **_environment()}
-    t0 = time.perf_counter()
-    actions: dict[str, str] = {}
-    status = "completed"
     i, n = shard
     for k, run in enumerate(runs):
         if k % n != i:
@@ -463,21 +437,58 @@ def run_study(
             rows = read_metrics(run_dir)
             _write_json(os.path.join(run_dir, "diverged.json"), {"error": str(exc), "step": rows[-1]["step"] + 1 if rows else 1})
             summary = {"status": "diverged"}
-        _append_wall(run_dir, actions[run["run_id"]], time.perf_counter() - t_run)
+        finally:  # a crashed invocation's time still counts
+            _append_wall(run_dir, actions[run["run_id"]], time.perf_counter() - t_run)
         if summary["status"] == "interrupted":
-            status = "interrupted"
-            break
+            return "interrupted"
         finish_record(run, run_dir, study)
-    env["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    env["wall_s"] = time.perf_counter() - t0
-    env["status"] = status
-    env["actions"] = actions
-    env_path = os.path.join(out, "environment.json")
-    history = []
-    if os.path.isfile(env_path):
-        with open(env_path) as f:
-            history = json.load(f)["invocations"]
-    _write_json(env_path, {"invocations": history + [env]})
+    return "completed"
+
+
+def run_study(
+    path: str,
+    results_root: str = "results",
+    *,
+    log=print,
+    progress: bool | None = None,
+    on_step_end=None,
+    shard: tuple[int, int] = (0, 1),
+) -> dict:
+    """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
+
+    ``shard=(i, n)`` runs only runs ``i, i+n, ...`` (several processes can share a study);
+    the summary covers every finished run. ``on_step_end(trainer, row)`` is passed to each
+    run's trainer (tests interrupt through it).
+    """
+    study = load_study(path)
+    out = os.path.join(results_root, study["name"])
+    runs = expand_runs(study, results_root)
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    with open(os.path.join(out, ".gitignore"), "w") as f:
+        f.write(GITIGNORE)
+    declared = os.path.join(out, "study.json")
+    if os.path.isfile(declared):
+        with open(declared) as f:
+            if json.load(f) != study:
+                raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
+    _write_json(declared, study)
+    env = {"started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **_environment()}
+    t0 = time.perf_counter()
+    actions: dict[str, str] = {}
+    status = "crashed"  # until the loop ends normally; recorded either way
+    try:
+        status = _run_all(runs, out, study, actions, shard, log, progress, on_step_end)
+    finally:
+        env["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        env["wall_s"] = time.perf_counter() - t0
+        env["status"] = status
+        env["actions"] = actions
+        env_path = os.path.join(out, "environment.json")
+        history = []
+        if os.path.isfile(env_path):
+            with open(env_path) as f:
+                history = json.load(f)["invocations"]
+        _write_json(env_path, {"invocations": history + [env]})
     rows = write_summary(out, runs, study)
     return {"status": status, "rows": rows, "actions": actions, "results": out}
 

@@ -82,7 +82,10 @@ def test_tiny_study_interrupt_resume_and_skip(tmp_path, monkeypatch):
         assert saved["optimization"]["max_steps"] == 3 and saved["max_train_time_s"] == 0  # the budget reached the run
         assert saved["loss"]["loss_type"] == r["method"]
     env = json.load(open(os.path.join(out, "environment.json")))["invocations"]
-    assert len(env) == 2 and env[0]["status"] == "completed" and "git_commit" in env[0] and env[0]["wall_s"] > 0
+    assert [e["status"] for e in env] == ["crashed", "completed", "completed"]  # every invocation is recorded
+    assert env[0]["git_commit"] and env[1]["wall_s"] > 0 and env[1]["actions"]["grpo_seed0"] == "resumed"
+    walls = json.load(open(os.path.join(runs, "grpo_seed0", "study_wall.json")))
+    assert [w["action"] for w in walls] == ["started", "resumed"]
     assert json.load(open(os.path.join(out, "study.json")))["name"] == "tiny"
     assert "checkpoints" in open(os.path.join(out, ".gitignore")).read()
 
