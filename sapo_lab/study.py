@@ -131,6 +131,10 @@ def load_study(path: str) -> dict:
     for rule in study["selection"]:
         if not isinstance(rule, dict) or rule.get("by") not in RULES or set(rule) - {"by", "value", "saved_only"}:
             raise ValueError(f"selection rule {rule!r} must be {{'by': one of {RULES}, 'value'?: number, 'saved_only'?: bool}}")
+        needs_value = rule["by"] not in ("best_dev", "final")
+        value = rule.get("value")
+        if needs_value != (value is not None) or (needs_value and not isinstance(value, (int, float))):
+            raise ValueError(f"selection rule {rule!r}: {'a numeric value is' if needs_value else 'no value is'} needed")
     snap = study["snapshot_every"]
     if snap != "dev" and not (isinstance(snap, int) and not isinstance(snap, bool) and snap >= 0):
         raise ValueError(f"snapshot_every must be 'dev' or an integer >= 0, got {snap!r}")

@@ -206,6 +206,7 @@ class _DigitStringTask:
         return self.max_length
 
     def answer_for(self, digits: str) -> str:
+        """The canonical answer for the digit string (each family defines it)."""
         raise NotImplementedError
 
     def problem(self, digits: str) -> Problem:

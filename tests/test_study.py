@@ -130,6 +130,10 @@ def test_declaration_errors(tmp_path):
         load_study(_write_study(tmp_path, budgets={}))
     with pytest.raises(ValueError, match="collapse criterion"):
         load_study(_write_study(tmp_path, collapse=[{"metric": "entropy", "kind": "below"}]))
+    with pytest.raises(ValueError, match="a numeric value is needed"):
+        load_study(_write_study(tmp_path, selection=[{"by": "rollout_tokens"}]))
+    with pytest.raises(ValueError, match="no value is needed"):
+        load_study(_write_study(tmp_path, selection=[{"by": "final", "value": 3}]))
     with pytest.raises(ValueError, match="unknown config key"):
         expand_runs(load_study(_write_study(tmp_path, grid={"learning_rat": [1e-3]})))
 
