@@ -78,6 +78,8 @@ def test_tiny_study_interrupt_resume_and_skip(tmp_path, monkeypatch):
         best = record["selections"][0]
         assert best["by"] == "best_dev" and "error" not in best  # the dev-step snapshot made it exact
         assert set(best["eval"]["by_family"]) == {"addition"} and best["eval"]["overall"]["num_prompts"] == 16
+        final = record["selections"][1]
+        assert final["step"] == 3 and final["eval"]["overall"]["pass1"] == summary["final_pass1"]  # same model, same samples
         saved = json.load(open(os.path.join(runs, r["run_id"], "config.json")))
         assert saved["optimization"]["max_steps"] == 3 and saved["max_train_time_s"] == 0  # the budget reached the run
         assert saved["loss"]["loss_type"] == r["method"]
