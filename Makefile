@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv static book book-html lint unit nbval browser test train clean
+.PHONY: venv static book book-html lint unit nbval browser test trl-test train clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ browser: venv
 	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
 test: lint unit nbval book-html browser
+
+# TRL in its own environment (benchmarks/.venv-trl), never in .venv
+trl-test:
+	bash tools/ci_trl.sh
 
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny

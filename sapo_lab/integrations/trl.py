@@ -80,6 +80,14 @@ def resolved_is_level(cfg) -> str:
     return lvl if lvl is not None else ("sequence" if cfg.loss.loss_type == "gspo" else "token")
 
 
+def _on_cuda(cfg) -> bool:
+    if cfg.device == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _same(name: str, section: str) -> Callable:
     return lambda cfg, n: {name: getattr(getattr(cfg, section), name)}
 
@@ -150,8 +158,10 @@ MAPPING: tuple[FieldMapping, ...] = (
       for k in ("dev_every", "dev_prompts", "num_samples", "pass_k", "eval_temperature", "greedy")),
     FieldMapping("seed", "seed", "mapped", "same number; the random streams differ, so runs are not bit-identical",
                  lambda cfg, n: {"seed": cfg.seed}),
-    FieldMapping("device", "use_cpu", "mapped", "'cpu' -> use_cpu=True; 'auto'/'cuda' -> accelerate places each process",
-                 lambda cfg, n: {"use_cpu": cfg.device == "cpu"}),
+    FieldMapping("device", "use_cpu, bf16", "mapped",
+                 "'cpu' -> use_cpu=True; 'auto'/'cuda' -> accelerate places each process; "
+                 "bf16 autocast exactly where sapo_lab uses it (on CUDA)",
+                 lambda cfg, n: {"use_cpu": cfg.device == "cpu", "bf16": _on_cuda(cfg)}),
     FieldMapping("save_steps", "save_steps", "mapped", "rollout steps x steps_per_generation",
                  lambda cfg, n: {"save_steps": cfg.save_steps * _k(cfg)}),
     FieldMapping("max_train_time_s", "train_trl.py time-limit callback", "script",

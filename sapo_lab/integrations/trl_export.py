@@ -39,6 +39,7 @@ def main(argv=None):
     ap.add_argument("--output-dir", default="trl-run", help="a new directory for checkpoints, final_model/ and summary")
     ap.add_argument("--max-steps", type=int, default=None, help="rollout steps (default: the config's)")
     ap.add_argument("--seed", type=int, default=None, help="default: the config's")
+    ap.add_argument("--cpu", action="store_true", help="force CPU (with several processes: gloo)")
     args = ap.parse_args(argv)
     from sapo_lab.config import config_from_dict
     from sapo_lab.integrations.trl_export import run_trl
@@ -49,6 +50,8 @@ def main(argv=None):
         data["optimization"]["max_steps"] = args.max_steps
     if args.seed is not None:
         data["seed"] = args.seed
+    if args.cpu:
+        data["device"] = "cpu"
     try:
         cfg = config_from_dict(data)
         summary = run_trl(cfg, args.model, args.output_dir, prompt_format=PROMPT_FORMAT)
@@ -92,8 +95,8 @@ accelerate launch --config_file accelerate_config.yaml train_trl.py --output-dir
 accelerate launch --multi_gpu --num_processes N train_trl.py --output-dir run-ddp
 # N GPUs with DeepSpeed ZeRO-2 (pip install deepspeed)
 accelerate launch --use_deepspeed --zero_stage 2 --num_processes N train_trl.py --output-dir run-zero2
-# CPU, 2 processes (gloo): the multi-process path without a GPU
-accelerate launch --cpu --num_processes 2 train_trl.py --output-dir run-cpu2
+# CPU, 2 processes (gloo): the multi-process path without a GPU (--multi_gpu only selects torchrun)
+accelerate launch --multi_gpu --num_processes 2 train_trl.py --cpu --output-dir run-cpu2
 ```
 
 Held-out Pass@1 of the result, with sapo_lab's evaluator:
@@ -157,7 +160,8 @@ def _load_policy(cfg, model_name: str, splits, log):
     from ..coldstart import get_cold_start
 
     cfg.model.name_or_path = model_name
-    with PartialState().main_process_first():  # one process trains the cold start, the others read the cache
+    # One process trains the cold start, the others then read the cache.
+    with PartialState(cpu=cfg.device == "cpu").main_process_first():
         model, tok, report = get_cold_start(cfg, splits, torch.device("cpu"), log=log)
     log(f"cold start: {report.get('updates')} updates, dev Pass@1 {report.get('dev_pass1')}")
     return model, tok
@@ -207,7 +211,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
         "optimizer_steps": int(trainer.state.global_step),
         "train_wall_s": wall,
         "num_processes": int(trainer.accelerator.num_processes),
-        "verifier_reasons": dict(reward.reasons),
+        "verifier_reasons_this_process": dict(reward.reasons),
         "model": model_name,
         "final_model": final,
     }
