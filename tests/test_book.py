@@ -17,7 +17,9 @@ def toc_files():
     files = [TOC["root"]]
     for part in TOC["parts"]:
         assert part.get("caption"), "every part of the table of contents has a caption"
-        files += [c["file"] for c in part["chapters"]]
+        for chapter in part["chapters"]:
+            files.append(chapter["file"])
+            files += [s["file"] for s in chapter.get("sections", [])]  # e.g. 10b under chapter 10
     return files
 
 

@@ -212,7 +212,7 @@ DIFFERENCES: tuple[dict, ...] = (
         "topic": "advantage scale",
         "sapo_lab": "(R - mean) / (population std + 1e-6)",
         "trl": "(R - mean) / (sample std with Bessel's correction + 1e-4)",
-        "effect": "TRL's advantages are about sqrt((G-1)/G) times sapo_lab's (0.935 at G = 8): a uniform scale that Adam "
+        "effect": "TRL's advantages are about sqrt((G-1)/G) times sapo_lab's: a uniform scale that Adam "
         "almost removes, but that gradient clipping and the KL weight see. TRL has no population-std option",
     },
     {
