@@ -48,6 +48,12 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
+def dev_eval_seconds(run_dir: str) -> float:
+    """Time ``sapo_lab train`` spent on its periodic dev Pass@1 (inside train_wall_s; TRL's run has none)."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return sum(json.loads(line).get("dev_eval_s") or 0.0 for line in f if line.strip())
+
+
 def _run(cmd: list[str], log_path: str) -> None:
     env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="false")
     with open(log_path, "w") as log:
@@ -116,6 +122,7 @@ def main() -> int:
             "cold_pass1": cold["pass1"],
             "sapo_lab_final_pass1": ours["final_pass1"], "sapo_lab_final_ci95": ours["final_pass1_ci95"],
             "sapo_lab_gain": ours["pass1_gain"], "sapo_lab_train_s": ours["train_wall_s"], "sapo_lab_total_s": ours_total,
+            "sapo_lab_dev_eval_s": dev_eval_seconds(ours_dir),
             "trl_final_pass1": final["pass1"], "trl_final_ci95": final["pass1_ci95"],
             "trl_gain": final["pass1"] - cold["pass1"], "trl_train_s": theirs["train_wall_s"], "trl_total_s": trl_total,
             "trl_optimizer_steps": theirs["optimizer_steps"], "sapo_lab_steps": ours["steps"],
