@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv static book book-html lint unit nbval browser test train clean min-test
+.PHONY: venv static book book-html lint unit nbval browser test train clean min-test trl-test
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,9 @@ min-test: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python tools/check_min_versions.py constraints-min.txt
 	$(MIN_VENV)/bin/python -m pytest -q -m "not browser"
 	$(MIN_VENV)/bin/python -m pytest -q --nbval-lax --nbval-current-env $(MIN_NOTEBOOK)
+# TRL in its own environment (benchmarks/.venv-trl), never in .venv
+trl-test:
+	bash tools/ci_trl.sh
 
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny

@@ -10,11 +10,10 @@ time spent outside model forward/backward/optimizer/sampling. The last line is
 
 TRL lives in its own environment so that the package's one stays small::
 
-    python3 -m venv benchmarks/.venv-trl
-    benchmarks/.venv-trl/bin/pip install torch==2.13.0 transformers==5.24.0 tokenizers trl
+    bash tools/ci_trl.sh        # builds benchmarks/.venv-trl from requirements-trl.txt (CPU torch)
     benchmarks/.venv-trl/bin/python benchmarks/vs_trl.py
 
-(install the CPU build of torch, e.g. from a local wheel, to avoid a multi-GB CUDA download).
+TRL's settings come from the one declared mapping, ``sapo_lab.integrations.trl.to_grpo_config``.
 sapo_lab is imported from this checkout. Not part of the test suite.
 """
 
@@ -57,17 +56,14 @@ def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advanta
 
 
 def bench_trl(cfg, model, tok, splits, steps: int, warmup: int, workdir: str) -> dict:
-    from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    r, o, lc = cfg.rollout, cfg.optimization, cfg.loss
-    k = o.steps_per_generation
-    n_resp = r.prompts_per_rollout * r.num_generations
-    data = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in splits["train"]])
+    from sapo_lab.integrations.trl import reward_function, to_dataset, to_grpo_config
 
-    def reward(prompts, completions, answer, **kwargs):
-        return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer, strict=True)]
+    k = cfg.optimization.steps_per_generation
+    data = to_dataset(splits["train"])
+    reward = reward_function(eos_token_ids=[tok.eos_token_id])
 
     stamps: list[float] = []
 
@@ -75,37 +71,17 @@ def bench_trl(cfg, model, tok, splits, steps: int, warmup: int, workdir: str) ->
         def on_step_end(self, args, state, control, **kwargs):
             stamps.append(time.perf_counter())
 
-    args = GRPOConfig(
+    # The one declared mapping (sapo_lab.integrations.trl), plus what only a benchmark wants.
+    args = to_grpo_config(
+        cfg,
+        num_processes=1,
         output_dir=os.path.join(workdir, "trl"),
-        per_device_train_batch_size=n_resp // k,
-        steps_per_generation=k,
-        num_generations=r.num_generations,
-        max_completion_length=r.max_completion_length,
-        temperature=r.temperature,
-        top_k=0,
-        top_p=1.0,
-        learning_rate=o.learning_rate,
-        lr_scheduler_type=o.lr_scheduler_type,
-        warmup_steps=o.warmup_steps,
-        adam_beta2=o.adam_beta2,
-        weight_decay=o.weight_decay,
-        max_grad_norm=o.max_grad_norm,
-        beta=o.beta,
-        loss_type="sapo",
-        sapo_temperature_pos=lc.sapo_temperature_pos,
-        sapo_temperature_neg=lc.sapo_temperature_neg,
-        importance_sampling_level="token",
-        num_iterations=1,
         max_steps=k * (warmup + steps),
         logging_steps=10**6,
         save_strategy="no",
-        report_to="none",
         use_cpu=True,
         bf16=False,
-        seed=cfg.seed,
-        disable_dropout=True,
         dataloader_num_workers=0,
-        log_completions=False,
     )
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok, callbacks=[Clock()]

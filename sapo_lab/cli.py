@@ -1,4 +1,4 @@
-"""``python -m sapo_lab train|eval|sample|compare --config PRESET_OR_FILE [--output-dir DIR] [--key value ...]``.
+"""``python -m sapo_lab train|eval|sample|compare|export-trl --config PRESET_OR_FILE [--output-dir DIR] [--key value ...]``.
 
 ``--key value`` overrides any config field, by dotted path (``--loss.loss_type grpo``)
 or by its unique leaf name (``--loss_type grpo``). User mistakes print one line on
@@ -15,6 +15,7 @@ import time
 
 from .config import load_config
 from .errors import NonFiniteError, TrainingDiverged
+from .integrations.trl_export import add_export_trl_parser, export_trl_command  # hook: export-trl
 
 
 class UsageError(ValueError):
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "compare":
             sp.add_argument("--loss-types", default="sapo,grpo,gspo")
             sp.add_argument("--seeds", default="0,1,2")
+    add_export_trl_parser(sub)  # hook: export-trl
     return p
 
 
@@ -239,7 +241,13 @@ def cmd_compare(args, overrides) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sample": cmd_sample, "compare": cmd_compare}
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "sample": cmd_sample,
+    "compare": cmd_compare,
+    "export-trl": export_trl_command,  # hook: export-trl
+}
 
 
 def main(argv: list[str] | None = None) -> int:

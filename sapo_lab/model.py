@@ -129,7 +129,9 @@ def response_logprobs(
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
     )
-    logits = out.logits[:, start - 1 : -1, :].float()
+    logits = out.logits[:, start - 1 : -1, :]
+    if logits.dtype != torch.float64:  # half-precision logits upcast; float64 (the TRL equivalence test) kept
+        logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, start:]
