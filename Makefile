@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv static book book-html lint unit nbval browser test train clean
+.PHONY: venv static book book-html lint unit nbval student browser test train clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,13 +37,18 @@ unit: venv
 nbval: venv
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
+# Student notebooks in student/: solutions replaced by stubs, checks kept (tests/test_student.py checks that
+# each runs up to its first stub and that the teacher notebooks survive the round trip unchanged).
+student:
+	$(PYTHON) tools/make_student.py
+
 browser: venv
 	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
-test: lint unit nbval book-html browser
+test: lint unit nbval student book-html browser
 
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny
 
 clean:
-	rm -rf _build book/_static/mathjax book/_static/plotly.min.js
+	rm -rf _build student book/_static/mathjax book/_static/plotly.min.js
