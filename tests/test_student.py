@@ -57,7 +57,13 @@ for _ex in LIVE_EXPLORERS:
     assert _ex.error is None and _ex.calls >= 1, (_ex.name, _ex.error, _ex.calls)
     for _control in _ex.widget.kwargs_widgets:
         _name, _old = _control._kwarg, _control.value
-        _new = _control.max if _old != _control.max else _control.min
+        if hasattr(_control, "max"):                                    # sliders: jump to an end
+            _new = _control.max if _old != _control.max else _control.min
+        elif hasattr(_control, "options"):                              # dropdowns, toggle buttons
+            _values = [o[1] if isinstance(o, tuple) else o for o in _control.options]
+            _new = next(v for v in _values if v != _old)
+        else:                                                           # checkboxes
+            _new = not _old
         _calls, _before = _ex.calls, repr(_ex.last_result)
         _control.value = _new
         assert _ex.calls == _calls + 1, f"{_ex.name}: changing {_name} did not recompute"
