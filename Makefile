@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: venv static book book-html lint unit nbval browser test train clean min-test trl-test
+.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,10 +37,15 @@ unit: venv
 nbval: venv
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
+# Student notebooks in student/: solutions replaced by stubs, checks kept (tests/test_student.py checks that
+# each runs up to its first stub and that the teacher notebooks survive the round trip unchanged).
+student:
+	$(PYTHON) tools/make_student.py
+
 browser: venv
 	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
-test: lint unit nbval book-html browser
+test: lint unit nbval student book-html browser
 
 # Compatibility leg: the lowest versions pyproject.toml declares (constraints-min.txt), installed
 # through pyproject.toml's own ranges so that a range and its pin cannot drift apart; the test
@@ -68,4 +73,4 @@ train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny
 
 clean:
-	rm -rf $(MIN_VENV) _build book/_static/mathjax book/_static/plotly.min.js
+	rm -rf $(MIN_VENV) _build student book/_static/mathjax book/_static/plotly.min.js

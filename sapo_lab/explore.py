@@ -10,10 +10,27 @@ since nothing can recompute them without a kernel.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 BOOK_ENV = "SAPO_LAB_BOOK"
+
+
+@dataclass
+class LiveExplorer:
+    """A live explorer created in this kernel, with a record of its calls (tests drive it by changing controls)."""
+
+    name: str
+    widget: object                       # the ipywidgets.interactive holding the controls
+    calls: int = 0
+    last_kwargs: dict = field(default_factory=dict)
+    last_result: object = None
+    error: str | None = None             # ipywidgets only prints a callback's exception; keep it for tests
+
+
+LIVE_EXPLORERS: list[LiveExplorer] = []
 
 
 def in_book_build() -> bool:
@@ -80,7 +97,11 @@ def show_figure(fig) -> None:
 
 
 def live_explorer(function: Callable, **controls):
-    """``ipywidgets.interact(function, **controls)`` in a live kernel; a note in the static book."""
+    """``ipywidgets.interact(function, **controls)`` in a live kernel; a note in the static book.
+
+    Each explorer is also appended to :data:`LIVE_EXPLORERS` with a count of its calls, the latest arguments
+    and result, and any exception, so that a test can change a control and check that the output recomputed.
+    """
     from IPython.display import Markdown, display
 
     if in_book_build():
@@ -89,4 +110,20 @@ def live_explorer(function: Callable, **controls):
         return None
     import ipywidgets
 
-    return ipywidgets.interact(function, **controls)
+    record = LiveExplorer(name=getattr(function, "__name__", "explorer"), widget=None)
+
+    @functools.wraps(function)
+    def recorded(**kwargs):
+        record.calls += 1
+        record.last_kwargs = dict(kwargs)
+        try:
+            record.last_result = function(**kwargs)
+        except Exception as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+            raise
+        return record.last_result
+
+    shown = ipywidgets.interact(recorded, **controls)
+    record.widget = shown.widget
+    LIVE_EXPLORERS.append(record)
+    return shown

@@ -369,3 +369,65 @@ def test_screenshots(site, driver, reports):
         finally:
             driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         assert target.stat().st_size > 20_000, f"{target} looks blank"
+
+
+# ---- the course apparatus: numbered exercises, collapsed solutions, citations, pseudocode ----------------------
+
+EXERCISE_REPORT = r"""
+const numbers = Array.from(document.querySelectorAll('.exercise .caption-number'))
+                     .map(el => el.textContent.trim());
+const sol = document.querySelector('.solution.dropdown');
+const content = sol && sol.querySelector('.admonition-title ~ *');
+return {numbers: numbers,
+        solution: sol ? {hidden: sol.classList.contains('toggle-hidden'),
+                         visibility: getComputedStyle(content).visibility,
+                         text: sol.textContent} : null};
+"""
+
+
+def _open(driver, site, page):
+    driver.get(site + page)
+    _wait(lambda: driver.execute_script("return document.readyState") == "complete")
+
+
+def test_exercises_are_numbered_and_solutions_start_collapsed(site, driver):
+    _open(driver, site, "book/16_conclusion.html")
+    before = _wait(lambda: (lambda r: r if r["solution"] and r["solution"]["hidden"] else None)(
+        driver.execute_script(EXERCISE_REPORT)), timeout=10) or driver.execute_script(EXERCISE_REPORT)
+    numbers = [int(re.fullmatch(r"Exercise (\d+)", n).group(1)) for n in before["numbers"]]
+    assert len(numbers) >= 10 and numbers == sorted(set(numbers)), f"exercise numbers: {before['numbers']}"
+    sol = before["solution"]
+    assert sol and sol["hidden"] and sol["visibility"] == "hidden", f"first solution is not collapsed: {sol}"
+    button = driver.find_element("css selector", ".solution.dropdown .toggle-button")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
+    button.click()
+    after = _wait(lambda: (lambda r: r if not r["solution"]["hidden"] else None)(
+        driver.execute_script(EXERCISE_REPORT)), timeout=5) or driver.execute_script(EXERCISE_REPORT)
+    assert after["solution"]["visibility"] == "visible", "clicking the toggle did not reveal the solution"
+    assert "assert " in after["solution"]["text"], "the solution should contain its check cell"
+
+
+def test_citations_link_to_the_bibliography(site, driver):
+    _open(driver, site, "book/05_soft_surrogate.html")
+    links = driver.execute_script(
+        "return Array.from(document.querySelectorAll('.bibtex-citation a')).map(a => a.getAttribute('href'));")
+    assert links, "no citation links on the chapter page"
+    target = links[0]
+    assert target.startswith("bibliography.html#"), target
+    _open(driver, site, "book/" + target.split("#")[0])
+    entry = driver.execute_script("const el = document.getElementById(arguments[0]); "
+                                  "return el ? (el.closest('dd, li, div') || el).textContent : null;", target.split("#")[1])
+    assert entry and "arXiv" in entry, f"citation target {target} does not resolve to a bibliography entry: {entry!r}"
+
+
+def test_algorithms_render_as_numbered_pseudocode_linked_to_code(site, driver):
+    _open(driver, site, "book/algorithms.html")
+    blocks = driver.execute_script(r"""
+      return Array.from(document.querySelectorAll('.proof.algorithm')).map(a => ({
+        title: a.querySelector('.admonition-title').textContent.trim(),
+        steps: a.querySelectorAll('ol > li').length}));""")
+    assert [int(re.match(r"Algorithm (\d+)", b["title"]).group(1)) for b in blocks] == [1, 2, 3, 4], blocks
+    assert all(b["steps"] >= 5 for b in blocks), blocks
+    code = driver.execute_script("return Array.from(document.querySelectorAll('pre')).map(p => p.textContent).join('\\n');")
+    for function in ("def group_advantages", "def policy_loss", "def gradient_audit", "def cmd_compare"):
+        assert function in code, f"{function} is not included under its algorithm"
