@@ -34,10 +34,11 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from . import rundir
 from .advantages import group_advantages
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .coldstart import get_cold_start, save_pretrained_atomic
-from .config import TrainConfig, config_from_dict
+from .config import TrainConfig
 from .device import resolve_device
 from .evaluation import evaluate
 from .losses import policy_loss
@@ -123,8 +124,11 @@ class Trainer:
         log=print,
         progress: bool | None = None,
         on_step_end=None,
+        overwrite: bool = False,
+        resume_keys=None,
     ):
         self.cfg, self.run_dir, self.resume, self.log = cfg, run_dir, resume, log
+        self.overwrite, self.resume_keys = overwrite, resume_keys  # see rundir.prepare
         self.progress = progress
         self.on_step_end = on_step_end
         self._stop_requested = False
@@ -136,15 +140,13 @@ class Trainer:
     # ------------------------------------------------------------ setup
 
     def _setup(self):
-        cfg, run = self.cfg, self.run_dir
-        ckpt = latest_checkpoint(run) if os.path.isdir(run) else None
-        if self.resume:
-            if not os.path.isfile(os.path.join(run, "config.json")):
-                raise ValueError(f"--resume: {run} is not a run directory (no config.json)")
-            with open(os.path.join(run, "config.json")) as f:
-                self.cfg = cfg = config_from_dict(json.load(f))
-        elif ckpt is not None or os.path.isfile(os.path.join(run, "summary.json")):
-            raise ValueError(f"run directory {run} already holds a run; pass --resume or another --output-dir")
+        run = self.run_dir
+        # Folder classification, resume policy, checkpoint verification: see sapo_lab/rundir.py.
+        self.prepared = rundir.prepare(
+            run, self.cfg, resume=self.resume, overwrite=self.overwrite, resume_keys=self.resume_keys, log=self.log
+        )
+        self.cfg = cfg = self.prepared.cfg
+        ckpt = self.prepared.checkpoint
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
@@ -189,18 +191,10 @@ class Trainer:
             state = load_checkpoint(ckpt, self.model, self.opt, self.generators)
             self.step, self.elapsed = state["step"], state["elapsed_s"]
             self.counters = state["counters"]
-            self._truncate_metrics(self.step)
-            self.log(f"resumed {run} at step {self.step}")
+            self.prepared.commit(self.step)  # tidies the folder, truncates metrics.jsonl, logs "resumed"
 
     def _truncate_metrics(self, step: int):
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        rows = []
-        if os.path.isfile(path):
-            with open(path) as f:
-                rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-        with open(path + ".tmp", "w") as f:
-            f.writelines(rows)
-        os.replace(path + ".tmp", path)
+        rundir.truncate_metrics(self.run_dir, step, log=self.log)
 
     def _checkpoint(self):
         save_checkpoint(
@@ -505,9 +499,33 @@ class Trainer:
         return summary
 
 
-def train(cfg: TrainConfig, run_dir: str, *, resume: bool = False, log=print, progress=None, on_step_end=None) -> dict:
-    """Run (or resume) a training run; returns the summary dict."""
-    return Trainer(cfg, run_dir, resume=resume, log=log, progress=progress, on_step_end=on_step_end).train()
+def train(
+    cfg: TrainConfig,
+    run_dir: str,
+    *,
+    resume: bool = False,
+    log=print,
+    progress=None,
+    on_step_end=None,
+    overwrite: bool = False,
+    resume_keys=None,
+) -> dict:
+    """Run (or resume) a training run; returns the summary dict.
+
+    ``overwrite`` replaces another run's files in ``run_dir``; ``resume_keys`` names the
+    config keys the user asked to change on resume (None: compare all of ``cfg``).
+    """
+    trainer = Trainer(
+        cfg,
+        run_dir,
+        resume=resume,
+        log=log,
+        progress=progress,
+        on_step_end=on_step_end,
+        overwrite=overwrite,
+        resume_keys=resume_keys,
+    )
+    return trainer.train()
 
 
 def remove_run(run_dir: str) -> None:
