@@ -272,14 +272,14 @@ def remove_temporaries(paths, log=print) -> None:
 
 
 def _remove_run_files(st: RunDirState, log) -> None:
-    removed = []
+    removed, keep = [], [n for n in st.foreign if n not in RUN_FILES]  # a user's config.json is replaced, as asked
     for name in sorted(os.listdir(st.path)):
         p = os.path.join(st.path, name)
-        if name in st.foreign:
+        if name in keep:
             continue
         shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
         removed.append(name)
-    kept = f"; kept {', '.join(st.foreign)}" if st.foreign else ""
+    kept = f"; kept {', '.join(keep)}" if keep else ""
     log(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {st.path}{kept}")
 
 
