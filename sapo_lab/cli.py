@@ -116,8 +116,10 @@ def cmd_train(args, overrides) -> int:
 
     cfg = load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
-    # On --resume only what the user typed is compared with the saved config (all of it if --config was given).
-    resume_keys = None if args.config_given else list(overrides)
+    from .rundir import requested_keys
+
+    # On --resume only what the user typed is compared with the saved config.
+    resume_keys = requested_keys(args.config if args.config_given else None, overrides)
     summary = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite, resume_keys=resume_keys, log=_log)
     if summary["status"] == "interrupted":
         return 130

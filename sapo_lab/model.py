@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
+from .checkpoint import MANIFEST, verify_manifest
 from .tokenizer import build_char_tokenizer, prepare_tokenizer
 
 # Dropout is off everywhere: the behavior log-probs are recomputed by teacher forcing
@@ -96,7 +97,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 
 
 def check_model_folder(path: str) -> None:
-    """One-line ValueError unless ``path`` holds a model config, weights and a tokenizer.
+    """One-line ValueError unless ``path`` holds a model config, weights and a tokenizer
+    (and, when it has a ``manifest.json``, files that match it).
 
     Without this, ``AutoTokenizer`` quietly builds an empty tokenizer from ``config.json``
     and the run fails much later, in sampling, with a reshape error.
@@ -111,6 +113,10 @@ def check_model_folder(path: str) -> None:
             f"model folder {path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
             "save one next to the weights with tokenizer.save_pretrained(folder)"
         )
+    if MANIFEST in names:  # written by sapo_lab's save_pretrained_atomic: check the bytes too
+        problem = verify_manifest(path)
+        if problem:
+            raise ValueError(f"model folder {path!r}: {problem}")
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

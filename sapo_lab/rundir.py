@@ -45,7 +45,7 @@ from .checkpoint import (
     select_checkpoint,
     verify_manifest,
 )
-from .config import TrainConfig, config_from_dict, resolve_key
+from .config import PRESETS, TrainConfig, config_from_dict, resolve_key
 
 
 class RunDirError(ValueError):
@@ -281,6 +281,24 @@ def _remove_run_files(st: RunDirState, log) -> None:
         removed.append(name)
     kept = f"; kept {', '.join(keep)}" if keep else ""
     log(f"--overwrite: removed {', '.join(removed) or 'nothing'} from {st.path}{kept}")
+
+
+def requested_keys(preset_or_file: str | None, overrides: dict) -> list[str]:
+    """The config keys a user typed: the ``--key value`` overrides, plus every key the
+    preset or JSON file sets when ``--config`` was given (``None``: it was not).
+
+    On resume only these are compared with the saved config, so a plain ``--resume``
+    does not "change" what the default preset would set.
+    """
+    keys = {resolve_key(k) for k in overrides}
+    if preset_or_file is not None:
+        if preset_or_file in PRESETS:
+            data = PRESETS[preset_or_file]
+        else:
+            with open(preset_or_file) as f:  # load_config has already parsed it
+                data = json.load(f)
+        keys |= {resolve_key(k) for k in _flatten(data)}
+    return sorted(keys)
 
 
 def _resume_keys(keys) -> list[str] | None:

@@ -229,6 +229,12 @@ def test_model_folder_without_tokenizer_is_a_one_line_error(base, tmp_path, caps
     assert_refused(["train", "--model", folder, "--output-dir", out, *micro_args()], capsys, folder, "has no tokenizer")
 
 
+def test_flipped_bit_in_a_saved_model_folder_is_caught_at_load(copy, capsys):
+    model = os.path.join(copy, "final_model")
+    _flip_bit(os.path.join(model, "model.safetensors"))
+    assert_refused(["eval", "--model", model, *micro_args()], capsys, copy, "model.safetensors does not match its SHA-256")
+
+
 # ---------------------------------------------------------------- reused folders
 
 
@@ -323,6 +329,15 @@ def test_resume_may_set_a_time_limit_and_repeat_saved_values(copy, base, capsys)
 )
 def test_resume_refuses_other_changes_naming_key_and_values(copy, capsys, extra, needles):
     assert_refused(["train", "--resume", "--output-dir", copy, *extra], capsys, copy, *needles)
+
+
+def test_resume_with_the_preset_named_compares_only_what_it_sets(copy, base, capsys):
+    # cpu-tiny sets threads=1 (as saved) and max_train_time_s=290 (saved: 0, a resumable key); the
+    # micro run's other keys differ from cpu-tiny's defaults and must not count as requested changes.
+    err = resume(copy, capsys, "--config", "cpu-tiny")
+    assert "--resume changes max_train_time_s: 0.0 -> 290.0" in err
+    assert not any("changes" in line and "max_train_time_s" not in line for line in err), err
+    assert rows(copy) == rows(base)
 
 
 def test_resume_with_another_config_file_compares_all_of_it(copy, tmp_path, capsys):
