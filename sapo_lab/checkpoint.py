@@ -270,7 +270,7 @@ def latest_hint(run_dir: str) -> tuple[str | None, str | None]:
         assert isinstance(name, str)
         return name, None
     except (ValueError, KeyError, TypeError, AssertionError):
-        return None, f"checkpoints/{LATEST} is damaged (not a JSON object with 'checkpoint')"
+        return None, "not a JSON object with a 'checkpoint' name"
 
 
 def load_checkpoint(ckpt_dir: str, model, optimizer, generators: dict) -> dict:

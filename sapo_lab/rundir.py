@@ -143,7 +143,7 @@ def classify(run_dir: str) -> RunDirState:
             with open(cfg_path) as f:
                 st.saved_config = config_from_dict(json.load(f))
         except (ValueError, TypeError, AttributeError) as exc:
-            st.config_problem = _one_line(exc) or type(exc).__name__
+            st.config_problem = _one_line(exc).split(";")[0] or type(exc).__name__
     else:
         st.config_problem = "missing"
     if st.config_problem not in (None, "missing"):
@@ -381,7 +381,7 @@ def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prep
         step = int(json.load(f)["step"])
     name, hint_problem = latest_hint(run)
     if hint_problem:
-        log(f"ignoring {run}/{hint_problem}; the checkpoints were scanned instead")
+        log(f"ignoring damaged {run}/checkpoints/latest.json ({hint_problem}); the checkpoints were scanned instead")
     for n, reason in skipped:
         log(f"skipping checkpoint {n}: {reason}")
     if skipped:
