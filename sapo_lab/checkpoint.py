@@ -1,36 +1,165 @@
-"""Checkpoints that lose nothing and unpickle nothing.
+"""Checkpoints that lose nothing, unpickle nothing and verify themselves.
 
 A checkpoint is a directory ``checkpoints/step-NNNNNN/`` with
 
 * ``model.safetensors``: the policy's weights (tied weights handled by safetensors);
 * ``optimizer.safetensors`` + ``optimizer.json``: AdamW's tensors and its scalars;
 * ``rng.safetensors``: the byte states of every torch generator the run uses;
-* ``state.json``: step, counters and the resolved config.
+* ``state.json``: step, counters and the resolved config;
+* ``manifest.json``, written last: size and SHA-256 of each file above.
 
-It is written into a temporary directory and renamed into place, and only then does
-``latest.json`` (itself replaced atomically) point to it, so a crash at any moment
-leaves the previous checkpoint intact. Loading reads safetensors and JSON only.
+Everything is written into ``.tmp-step-NNNNNN-PID/``, each file fsynced, the manifest
+last, then the directory is fsynced, renamed into place and its parent fsynced, so a
+crash or power loss at any moment leaves either the whole new checkpoint or none of it.
+``latest.json`` is a hint for people; resuming scans the ``step-*`` folders and takes the
+newest one whose files match its manifest (:func:`select_checkpoint`), reporting every
+newer one it skipped and why. Loading reads safetensors and JSON only.
+
+A checkpoint written before manifests existed has no ``manifest.json``: it is still
+loaded (after a structural check of every file), with a message saying its bytes could
+not be verified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 LATEST = "latest.json"
+MANIFEST = "manifest.json"
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json")
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+TMP_PREFIX = ".tmp-step-"
 
 
-def _write_json(path: str, obj) -> None:
+class CheckpointError(ValueError):
+    """A checkpoint (or a file in it) that cannot be trusted; the message is one line and names the file."""
+
+
+# ---------------------------------------------------------------- durability
+
+
+def fsync_file(path: str) -> None:
+    """Flush a written file's bytes to the disk."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory's entries (new names, renames) to the disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write JSON to ``path`` via a fsynced temporary file and a rename."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+_write_json = write_json_atomic  # the old private name
+
+
+def sha256_of(path: str) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: str) -> dict:
+    """fsync every file in ``directory`` and record its size and SHA-256 in ``manifest.json`` (last)."""
+    files = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name == MANIFEST or not os.path.isfile(path):
+            continue
+        fsync_file(path)
+        files[name] = {"size": os.path.getsize(path), "sha256": sha256_of(path)}
+    manifest = {"format": 1, "files": files}
+    write_json_atomic(os.path.join(directory, MANIFEST), manifest)
+    return manifest
+
+
+def verify_manifest(directory: str) -> str | None:
+    """None when every file listed in ``manifest.json`` has its recorded size and hash,
+    else one line saying which file is wrong and how. Raises FileNotFoundError without a manifest."""
+    path = os.path.join(directory, MANIFEST)
+    with open(path) as f:
+        text = f.read()
+    try:
+        files = json.loads(text)["files"]
+        assert isinstance(files, dict) and files
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return f"{MANIFEST} is damaged"
+    for name, want in files.items():
+        p = os.path.join(directory, name)
+        if not os.path.isfile(p):
+            return f"{name} is missing"
+        size = os.path.getsize(p)
+        if size != want["size"]:
+            return f"{name} has {size} bytes, its manifest says {want['size']}" + (" (truncated)" if size < want["size"] else "")
+        if sha256_of(p) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in {MANIFEST} (the bytes changed)"
+    return None
+
+
+def check_structure(directory: str, names=CHECKPOINT_FILES) -> str | None:
+    """For folders without a manifest: None when each file exists and parses, else one line naming the bad file."""
+    for name in names:
+        p = os.path.join(directory, name)
+        if not os.path.isfile(p):
+            return f"{name} is missing"
+        try:
+            if name.endswith(".safetensors"):
+                with safe_open(p, framework="pt") as f:
+                    for key in f.keys():
+                        f.get_slice(key)
+            else:
+                with open(p) as f:
+                    json.load(f)
+        except Exception as exc:  # safetensors raises its own error types
+            return f"{name} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def verify_checkpoint(ckpt_dir: str) -> tuple[bool, str | None]:
+    """(verified, problem): (True, None) matches its manifest; (False, None) has no manifest
+    but every file parses (an older checkpoint); (False, reason) must not be loaded."""
+    if not os.path.isfile(os.path.join(ckpt_dir, MANIFEST)):
+        problem = check_structure(ckpt_dir)
+        return False, problem
+    problem = verify_manifest(ckpt_dir)
+    if problem is None:
+        missing = [n for n in CHECKPOINT_FILES if not os.path.isfile(os.path.join(ckpt_dir, n))]
+        if missing:
+            problem = f"{missing[0]} is missing"
+    return problem is None, problem
+
+
+# ---------------------------------------------------------------- optimizer state
 
 
 def optimizer_to_flat(opt: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -47,6 +176,7 @@ def optimizer_to_flat(opt: torch.optim.Optimizer) -> tuple[dict, dict]:
 
 
 def optimizer_from_flat(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+    """Inverse of :func:`optimizer_to_flat`: load the flat tensors and scalars into ``opt``."""
     state: dict = {}
     for key, v in tensors.items():
         pid, k = key.split(".", 1)
@@ -57,63 +187,135 @@ def optimizer_from_flat(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
+# ---------------------------------------------------------------- save / select / load
+
+
+def checkpoint_dirs(run_dir: str) -> list[tuple[int, str]]:
+    """``[(step, path), ...]`` of the ``checkpoints/step-*`` folders, newest first."""
+    root = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in os.listdir(root):
+        m = _STEP_DIR.match(name)
+        if m and os.path.isdir(os.path.join(root, name)):
+            out.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(out, reverse=True)
+
+
 def save_checkpoint(run_dir: str, step: int, model, optimizer, generators: dict, state: dict, keep: int = 2) -> str:
-    """Write checkpoint ``step`` atomically and prune older ones; returns its directory."""
+    """Write checkpoint ``step`` durably (manifest last, fsync around the rename) and prune older ones."""
     root = os.path.join(run_dir, "checkpoints")
     os.makedirs(root, exist_ok=True)
     name = f"step-{step:06d}"
     final = os.path.join(root, name)
-    tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
+    tmp = os.path.join(root, f"{TMP_PREFIX}{step:06d}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     save_model(model, os.path.join(tmp, "model.safetensors"))
     opt_tensors, opt_meta = optimizer_to_flat(optimizer)
     save_file(opt_tensors, os.path.join(tmp, "optimizer.safetensors"))
-    _write_json(os.path.join(tmp, "optimizer.json"), opt_meta)
+    write_json_atomic(os.path.join(tmp, "optimizer.json"), opt_meta)
     rng = {name: g.get_state() for name, g in generators.items()}
     rng["torch_global"] = torch.get_rng_state()
     save_file(rng, os.path.join(tmp, "rng.safetensors"))
-    _write_json(os.path.join(tmp, "state.json"), {**state, "step": step})
-    if os.path.isdir(final):
-        shutil.rmtree(final)
+    write_json_atomic(os.path.join(tmp, "state.json"), {**state, "step": step})
+    write_manifest(tmp)  # fsyncs every file, then the manifest: its presence means "complete"
+    fsync_dir(tmp)
+    old = None
+    if os.path.isdir(final):  # re-saving a step (Ctrl-C right after a save): keep the old one until the new one is in
+        old = os.path.join(root, f".old-{name}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
     os.rename(tmp, final)
-    _write_json(os.path.join(root, LATEST), {"checkpoint": name, "step": step})
-    existing = sorted(d for d in os.listdir(root) if d.startswith("step-"))
-    for old in existing[:-keep] if keep > 0 else []:
-        if old != name:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    fsync_dir(root)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+    write_json_atomic(os.path.join(root, LATEST), {"checkpoint": name, "step": step})
+    for _, path in checkpoint_dirs(run_dir)[keep:] if keep > 0 else []:
+        if os.path.basename(path) != name:
+            shutil.rmtree(path, ignore_errors=True)
     return final
 
 
+def select_checkpoint(run_dir: str) -> tuple[str | None, list[tuple[str, str]], bool]:
+    """The newest checkpoint that can be trusted: ``(path or None, skipped, verified)``.
+
+    ``skipped`` lists ``(folder name, reason)`` for each newer checkpoint that failed
+    verification; ``verified`` is False when the chosen one predates manifests (it
+    parsed, but its bytes could not be checked against recorded hashes).
+    """
+    skipped = []
+    for _, path in checkpoint_dirs(run_dir):
+        ok, problem = verify_checkpoint(path)
+        if problem is None:
+            return path, skipped, ok
+        skipped.append((os.path.basename(path), problem))
+    return None, skipped, False
+
+
 def latest_checkpoint(run_dir: str) -> str | None:
+    """Path of the newest trustworthy checkpoint of ``run_dir`` (None if there is none)."""
+    return select_checkpoint(run_dir)[0]
+
+
+def latest_hint(run_dir: str) -> tuple[str | None, str | None]:
+    """``(checkpoint name, problem)`` from ``checkpoints/latest.json``; it only informs messages."""
     path = os.path.join(run_dir, "checkpoints", LATEST)
     if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        name = json.load(f)["checkpoint"]
-    ckpt = os.path.join(run_dir, "checkpoints", name)
-    if not os.path.isdir(ckpt):
-        raise ValueError(f"{path} points to missing checkpoint {ckpt}")
-    return ckpt
+        return None, None
+    try:
+        with open(path) as f:
+            name = json.load(f)["checkpoint"]
+        assert isinstance(name, str)
+        return name, None
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return None, "not a JSON object with a 'checkpoint' name"
 
 
 def load_checkpoint(ckpt_dir: str, model, optimizer, generators: dict) -> dict:
-    """Restore model, optimizer and generators in place; returns ``state.json``."""
-    for f in ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json"):
+    """Restore model, optimizer and generators in place; returns ``state.json``.
+
+    Raises :class:`CheckpointError` (one line, naming the file) for anything unreadable.
+    """
+    for f in CHECKPOINT_FILES:
         if not os.path.isfile(os.path.join(ckpt_dir, f)):
-            raise ValueError(f"checkpoint {ckpt_dir} is incomplete: {f} is missing")
+            raise CheckpointError(f"checkpoint {ckpt_dir} is incomplete: {f} is missing")
     device = next(model.parameters()).device
-    missing, unexpected = load_model(model, os.path.join(ckpt_dir, "model.safetensors"), device=str(device))
+
+    def bad(name, exc):
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return CheckpointError(f"checkpoint {ckpt_dir}: {name} cannot be loaded: {detail}")
+
+    try:
+        missing, unexpected = load_model(model, os.path.join(ckpt_dir, "model.safetensors"), device=str(device))
+    except Exception as exc:  # safetensors' own error types
+        raise bad("model.safetensors", exc) from exc
     if missing or unexpected:
-        raise ValueError(f"checkpoint {ckpt_dir} does not match the model: missing {missing}, unexpected {unexpected}")
-    with open(os.path.join(ckpt_dir, "optimizer.json")) as f:
-        meta = json.load(f)
-    optimizer_from_flat(optimizer, load_file(os.path.join(ckpt_dir, "optimizer.safetensors"), device=str(device)), meta)
-    rng = load_file(os.path.join(ckpt_dir, "rng.safetensors"))
+        raise CheckpointError(f"checkpoint {ckpt_dir} does not match the model: missing {missing}, unexpected {unexpected}")
+    try:
+        with open(os.path.join(ckpt_dir, "optimizer.json")) as f:
+            meta = json.load(f)
+    except ValueError as exc:
+        raise bad("optimizer.json", exc) from exc
+    try:
+        opt_tensors = load_file(os.path.join(ckpt_dir, "optimizer.safetensors"), device=str(device))
+        optimizer_from_flat(optimizer, opt_tensors, meta)
+    except Exception as exc:
+        raise bad("optimizer.safetensors", exc) from exc
+    try:
+        rng = load_file(os.path.join(ckpt_dir, "rng.safetensors"))
+    except Exception as exc:
+        raise bad("rng.safetensors", exc) from exc
     for name, g in generators.items():
         if name not in rng:
-            raise ValueError(f"checkpoint {ckpt_dir} has no state for generator {name!r}")
+            raise CheckpointError(f"checkpoint {ckpt_dir} has no state for generator {name!r}")
         g.set_state(rng[name])
     torch.set_rng_state(rng["torch_global"])
-    with open(os.path.join(ckpt_dir, "state.json")) as f:
-        return json.load(f)
+    try:
+        with open(os.path.join(ckpt_dir, "state.json")) as f:
+            state = json.load(f)
+        assert isinstance(state, dict) and "step" in state
+    except (ValueError, AssertionError) as exc:
+        raise bad("state.json", exc) from exc
+    return state

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         ("compare", "train several loss types and seeds; write one results table"),
     ):
         sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--config", default="cpu-tiny", help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file")
+        sp.add_argument("--config", default=None, help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file (default cpu-tiny)")
         sp.add_argument("--output-dir", default=None, help="run directory (default: runs/<command>-...)")
         if name in ("train", "compare"):
             sp.add_argument(
@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
             )
         if name == "train":
             sp.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
+        if name in ("train", "compare"):
+            sp.add_argument("--overwrite", action="store_true", help="replace another run's files in the output folder")
         if name in ("eval", "sample"):
             sp.add_argument(
                 "--model",
@@ -119,7 +121,11 @@ def cmd_train(args, overrides) -> int:
 
     cfg = load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
-    summary = train(cfg, run_dir, resume=args.resume, log=_log)
+    from .rundir import requested_keys
+
+    # On --resume only what the user typed is compared with the saved config.
+    resume_keys = requested_keys(args.config if args.config_given else None, overrides)
+    summary = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite, resume_keys=resume_keys, log=_log)
     if summary["status"] == "interrupted":
         return 130
     print_table([summary])
@@ -212,7 +218,7 @@ def cmd_compare(args, overrides) -> int:
     out_dir = args.output_dir or os.path.join("runs", f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
     rows = []
     for lt, s, cfg in configs:
-        summary = train(cfg, os.path.join(out_dir, f"{lt}-seed{s}"), log=_log)
+        summary = train(cfg, os.path.join(out_dir, f"{lt}-seed{s}"), overwrite=args.overwrite, log=_log)
         if summary["status"] == "interrupted":
             return 130
         rows.append(
@@ -263,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar
     try:
         args, rest = _parser().parse_known_args(argv)
+        args.config_given, args.config = args.config is not None, args.config or "cpu-tiny"
         overrides = parse_overrides(rest)
         if args.command in ("train", "compare") and args.model_path:
             overrides["model.name_or_path"] = args.model_path

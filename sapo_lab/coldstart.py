@@ -21,6 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .checkpoint import write_manifest
 from .device import autocast_for
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
@@ -140,6 +141,7 @@ def save_pretrained_atomic(model, tokenizer, directory: str, extra: dict | None 
     for name, obj in (extra or {}).items():
         with open(os.path.join(tmp, name), "w") as f:
             json.dump(obj, f, indent=2)
+    write_manifest(tmp)  # sizes + SHA-256, fsynced: resume verifies the folder before loading it
     if os.path.isdir(directory):
         old = f"{directory}.old-{os.getpid()}"
         os.rename(directory, old)

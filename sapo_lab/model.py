@@ -15,8 +15,10 @@ import os
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
+from .checkpoint import MANIFEST, verify_manifest
 from .tokenizer import DEFAULT_ALPHABET, build_char_tokenizer, prepare_tokenizer
 
 # Dropout is off everywhere: the behavior log-probs are recomputed by teacher forcing
@@ -79,13 +81,43 @@ def load_model_and_tokenizer(path_or_name: str = "cpu-tiny", seed: int | None = 
     if not os.path.isdir(path_or_name) and (path_or_name.startswith((".", "/")) or os.sep in path_or_name.strip("/")):
         if not os.path.exists(path_or_name):
             raise ValueError(f"model path {path_or_name!r} does not exist (and it is not a size: {sorted(MODEL_SIZES)})")
+    if os.path.isdir(path_or_name):
+        check_model_folder(path_or_name)
     try:
         tok = AutoTokenizer.from_pretrained(path_or_name)
         model = AutoModelForCausalLM.from_pretrained(path_or_name, use_safetensors=True)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:
         raise ValueError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from exc
+    if len(tok) < 2:  # a tokenizer rebuilt from nothing; sampling would fail much later
+        raise ValueError(f"model folder {path_or_name!r} has no usable tokenizer ({len(tok)} token)")
     model.config.use_cache = True
     return model, prepare_tokenizer(tok)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def check_model_folder(path: str) -> None:
+    """One-line ValueError unless ``path`` holds a model config, weights and a tokenizer
+    (and, when it has a ``manifest.json``, files that match it).
+
+    Without this, ``AutoTokenizer`` quietly builds an empty tokenizer from ``config.json``
+    and the run fails much later, in sampling, with a reshape error.
+    """
+    names = set(os.listdir(path))
+    if "config.json" not in names:
+        raise ValueError(f"model folder {path!r} has no config.json")
+    if not any(n.endswith((".safetensors", ".bin")) or n.endswith(".safetensors.index.json") for n in names):
+        raise ValueError(f"model folder {path!r} has no weights (model.safetensors)")
+    if not names.intersection(TOKENIZER_FILES):
+        raise ValueError(
+            f"model folder {path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "save one next to the weights with tokenizer.save_pretrained(folder)"
+        )
+    if MANIFEST in names:  # written by sapo_lab's save_pretrained_atomic: check the bytes too
+        problem = verify_manifest(path)
+        if problem:
+            raise ValueError(f"model folder {path!r}: {problem}")
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

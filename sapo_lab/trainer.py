@@ -34,10 +34,11 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from . import rundir
 from .advantages import group_advantages
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .coldstart import get_cold_start, save_pretrained_atomic
-from .config import TrainConfig, config_from_dict
+from .config import TrainConfig
 from .device import ModelTimer, autocast_for, resolve_device
 from .errors import NonFiniteError, TrainingDiverged
 from .evaluation import dev_pass1, held_out_eval
@@ -71,8 +72,11 @@ class Trainer:
         log=print,
         progress: bool | None = None,
         on_step_end=None,
+        overwrite: bool = False,
+        resume_keys=None,
     ):
         self.run_dir, self.resume, self.log = run_dir, resume, log
+        self.overwrite, self.resume_keys = overwrite, resume_keys  # see rundir.prepare
         self.progress, self.on_step_end = progress, on_step_end
         self._stop_requested = False
         self.cfg = cfg = self._run_config(cfg)
@@ -107,17 +111,11 @@ class Trainer:
     # ------------------------------------------------------------ construction
 
     def _run_config(self, cfg: TrainConfig) -> TrainConfig:
-        """The config to run: the saved one when resuming. Refuses to overwrite an existing run."""
-        run = self.run_dir
-        if self.resume:
-            if not os.path.isfile(os.path.join(run, "config.json")):
-                raise ValueError(f"--resume: {run} is not a run directory (no config.json)")
-            with open(os.path.join(run, "config.json")) as f:
-                return config_from_dict(json.load(f))
-        ckpt = latest_checkpoint(run) if os.path.isdir(run) else None
-        if ckpt is not None or os.path.isfile(os.path.join(run, "summary.json")):
-            raise ValueError(f"run directory {run} already holds a run; pass --resume or another --output-dir")
-        return cfg
+        """The config to run: folder classification, resume policy and checkpoint verification (sapo_lab/rundir.py)."""
+        self.prepared = rundir.prepare(
+            self.run_dir, cfg, resume=self.resume, overwrite=self.overwrite, resume_keys=self.resume_keys, log=self.log
+        )
+        return self.prepared.cfg
 
     def _start_model(self):
         """(model, tokenizer, cold-start report): the run's saved cold start, or a new one saved with the run."""
@@ -148,24 +146,16 @@ class Trainer:
 
     def _restore(self) -> None:
         """Load the latest checkpoint into the model, optimizer and generators; drop later metrics rows."""
-        ckpt = latest_checkpoint(self.run_dir)
+        ckpt = self.prepared.checkpoint
         if ckpt is None:
             raise ValueError(f"--resume: {self.run_dir} has no checkpoint yet")
         state = load_checkpoint(ckpt, self.model, self.opt, self.generators)
         self.step, self.elapsed = state["step"], state["elapsed_s"]
         self.counters = state["counters"]
-        self._truncate_metrics(self.step)
-        self.log(f"resumed {self.run_dir} at step {self.step}")
+        self.prepared.commit(self.step)  # tidies the folder, truncates metrics.jsonl, logs "resumed"
 
     def _truncate_metrics(self, step: int):
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        rows = []
-        if os.path.isfile(path):
-            with open(path) as f:
-                rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-        with open(path + ".tmp", "w") as f:
-            f.writelines(rows)
-        os.replace(path + ".tmp", path)
+        rundir.truncate_metrics(self.run_dir, step, log=self.log)
 
     def _checkpoint(self):
         save_checkpoint(
@@ -350,7 +340,16 @@ def train(
     log=print,
     progress=None,
     on_step_end=None,
+    overwrite: bool = False,
+    resume_keys=None,
 ) -> dict:
-    """Run (or resume) a training run; returns the summary dict (see :class:`Trainer`)."""
-    trainer = Trainer(cfg, run_dir, resume=resume, reward_fn=reward_fn, log=log, progress=progress, on_step_end=on_step_end)
+    """Run (or resume) a training run; returns the summary dict (see :class:`Trainer`).
+
+    ``overwrite`` replaces another run's files in ``run_dir``; ``resume_keys`` names the
+    config keys the user asked to change on resume (None: compare all of ``cfg``).
+    """
+    trainer = Trainer(
+        cfg, run_dir, resume=resume, reward_fn=reward_fn, log=log, progress=progress, on_step_end=on_step_end,
+        overwrite=overwrite, resume_keys=resume_keys,
+    )
     return trainer.train()

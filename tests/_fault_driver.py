@@ -1,0 +1,37 @@
+"""``python tests/_fault_driver.py ARGS...``: the CLI, with the parity reward of the fault tests.
+
+``SAPO_FAULT_KILL_AT=NAME@STEP`` SIGKILLs the process while checkpoint STEP is being
+written, right before its file NAME (e.g. ``rng.safetensors@4``), to test a kill in the
+middle of a checkpoint write.
+"""
+
+import os
+import signal
+import sys
+
+import sapo_lab.checkpoint as checkpoint_mod
+import sapo_lab.rollout as rollout_mod
+
+
+def parity_reward(text, finished, problem):
+    """A reward that varies within groups even for an untrained micro model, so updates are not zero."""
+    return float(len(text) % 2), "wrong"
+
+
+rollout_mod.verify = parity_reward
+kill_at = os.environ.get("SAPO_FAULT_KILL_AT")
+if kill_at:
+    name, step = kill_at.split("@")
+    real_save_file = checkpoint_mod.save_file
+
+    def save_file_then_die(tensors, path, *args, **kwargs):
+        if os.path.basename(path) == name and f"step-{int(step):06d}-" in path:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_save_file(tensors, path, *args, **kwargs)
+
+    checkpoint_mod.save_file = save_file_then_die
+
+if __name__ == "__main__":
+    from sapo_lab.cli import main
+
+    sys.exit(main(sys.argv[1:]))
