@@ -63,7 +63,7 @@ $(MIN_STAMP): constraints-min.txt pyproject.toml requirements.txt
 min-test: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python -m pip check
 	$(MIN_VENV)/bin/python tools/check_min_versions.py constraints-min.txt
-	$(MIN_VENV)/bin/python -m pytest -q -m "not browser"
+	$(MIN_VENV)/bin/python -m pytest -q -m "not browser and not slow"
 	$(MIN_VENV)/bin/python -m pytest -q --nbval-lax --nbval-current-env $(MIN_NOTEBOOK)
 # TRL in its own environment (benchmarks/.venv-trl), never in .venv
 trl-test:

@@ -264,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     traceback (``SAPO_LAB_DEBUG=1`` shows tracebacks for user errors too).
     """
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["study"]:  # declared, resumable studies: sapo_lab/study.py has its own parser
+        from .study import main_study
+
+        return main_study(argv[1:])
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar

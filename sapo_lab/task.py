@@ -99,6 +99,8 @@ def _resolve_task_class(name_or_import_path: str):
     if not isinstance(name_or_import_path, str) or not name_or_import_path:
         raise ValueError(f"task.name must be a non-empty string, got {name_or_import_path!r}")
     if ":" not in name_or_import_path:
+        from . import task_suite  # noqa: F401  (imported here, not at the top: it imports this module)
+
         if name_or_import_path not in _REGISTRY:
             raise ValueError(
                 f"unknown task.name {name_or_import_path!r}; registered tasks: {registered_tasks()}, "

@@ -46,7 +46,7 @@ import random
 import re
 
 from . import task as addition_task
-from .task import Problem, count_carries, reversed_sum
+from .task import Problem, count_carries, register_task, reversed_sum
 
 REASONS = ("correct", "wrong", "invalid", "truncated", "wrong_trace", "carry_dropped")
 DIGITS = "0123456789"
@@ -508,3 +508,7 @@ SUITE_TASKS = {
 def family_of(task, problem: Problem) -> str:
     """The family of ``problem`` under ``task``: the mix's family, else the task's name."""
     return task.family_of(problem) if hasattr(task, "family_of") else task.name
+
+
+for _name, _cls in SUITE_TASKS.items():
+    register_task(_name)(_cls)

@@ -101,7 +101,7 @@ MAPPING: tuple[FieldMapping, ...] = (
                  "a Hugging Face directory or hub name is loaded as is; "
                  "a sapo_lab size name is built and cold-started by sapo_lab first"),
     *(FieldMapping(f"task.{k}", "train_dataset", "script", "the frozen splits; the train split becomes the dataset (to_dataset)")
-      for k in ("split_seed", "min_digits", "max_digits", "num_train", "num_dev", "num_eval")),
+      for k in ("name", "options", "split_seed", "num_train", "num_dev", "num_eval")),
     *(FieldMapping(f"cold_start.{k}", "sapo_lab cold start", "script",
                    "used only when the model is a sapo_lab size name: the same cached cold start as `sapo_lab train`")
       for k in ("max_updates", "batch_size", "sft_learning_rate", "target_pass1", "eval_every", "cache_dir")),
@@ -270,14 +270,11 @@ def to_grpo_config(cfg, num_processes: int | None = None, **overrides):
 # ---------------------------------------------------------------- task adapter
 
 
-def default_task():
-    """The configured task object. Today the task module itself: it has ``verify`` and ``Problem``.
+def default_task(cfg=None):
+    """The configured task object (``sapo_lab.task.task_for``); without a config, the default addition task."""
+    from ..task import make_task, task_for
 
-    After the Task-protocol refactor (``sapo_lab.task.make_task``) this is the place to build it.
-    """
-    from .. import task as task_module
-
-    return task_module
+    return make_task("addition") if cfg is None else task_for(cfg)
 
 
 def _problem_class(task):

@@ -173,7 +173,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from ..trainer import splits_for
+    from ..task import splits_for
     from .trl import default_task, reward_function, to_dataset, to_grpo_config
 
     if prompt_format not in PROMPT_FORMATS:
@@ -187,7 +187,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
     if prompt_format == "chat" and not getattr(tok, "chat_template", None):
         raise ValueError(f"prompt format 'chat' needs a tokenizer with a chat template; {model_name!r} has none")
     args = to_grpo_config(cfg, output_dir=os.path.join(output_dir, "trl"), logging_steps=cfg.optimization.steps_per_generation)
-    reward = reward_function(default_task(), eos_token_ids=[tok.eos_token_id])
+    reward = reward_function(default_task(cfg), eos_token_ids=[tok.eos_token_id])
     limit = cfg.max_train_time_s
     start = time.perf_counter()
     stopped = {"time_limit": False}
