@@ -17,9 +17,8 @@ MUTATIONS = {
     "swap epsilon/epsilon_high in LossConfig.policy_loss_kwargs": "test_every_configured_loss_value_reaches_policy_loss",
     "sign error in the k3 estimator (d = logp - ref_logp)": "test_kl_to_reference_matches_a_per_token_loop",
     "approx_kl replaced by the k1 estimator mean(-z)": "test_approx_kl_and_clip_frac_match_a_loop",
-    "KL to reference ignores aggregation": "test_kl_to_reference_matches_a_per_token_loop",
+    "trainer passes no aggregation to kl_to_reference": "test_kl_term_enters_the_loss_with_beta",
     "trainer drops the KL term (beta not applied)": "test_kl_term_enters_the_loss_with_beta",
-    "rollout ignores reward_fn": "test_registered_name_options_and_reward_fn_reach_the_run (test_task_protocol.py)",
 }
 
 
