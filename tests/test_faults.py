@@ -411,7 +411,9 @@ def _kill_at_random(run, sig, rng):
         time.sleep(0.005)
     time.sleep(rng.uniform(0.0, 0.4))
     proc.send_signal(sig)
-    proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=300)
+    if proc.returncode not in (-sig, 0):  # the run failed on its own before the signal: show why
+        print(err if isinstance(err, str) else (err or b"").decode(errors="replace"))
     return proc.returncode
 
 

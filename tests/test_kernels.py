@@ -336,22 +336,22 @@ def test_config_accepts_every_loss_type_and_rejects_others():
 def test_micro_training_run_uses_the_new_kernel(tmp_path, monkeypatch, kind):
     from _micro import micro
 
-    import sapo_lab.rollout as rollout_mod
     import sapo_lab.trainer as trainer_mod
+    import sapo_lab.update as update_mod
 
     torch.set_default_dtype(torch.float32)  # the trainer's own dtype
-    monkeypatch.setattr(rollout_mod, "verify", lambda text, fin, p: (float(len(text) % 2), "wrong"))
     seen = []
-    real = trainer_mod.policy_loss
+    real = update_mod.policy_loss
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
         seen.append((kwargs["loss_type"], kwargs["tau_pos"], kwargs["tau_neg"], out.stats))
         return out
 
-    monkeypatch.setattr(trainer_mod, "policy_loss", spy)
+    monkeypatch.setattr(update_mod, "policy_loss", spy)
     cfg = micro(loss_type=kind, max_steps=2, sapo_temperature_pos=0.7, sapo_temperature_neg=1.9)
-    summary = trainer_mod.train(cfg, str(tmp_path), log=lambda m: None, progress=False)
+    parity = lambda text, fin, p: (float(len(text) % 2), "wrong")  # noqa: E731  a reward with both signs
+    summary = trainer_mod.train(cfg, str(tmp_path), reward_fn=parity, log=lambda m: None, progress=False)
     assert summary["loss_type"] == kind and summary["status"] == "completed"
     assert seen and all(s[:3] == (kind, 0.7, 1.9) for s in seen)
     assert all(s[3]["loss_type"] == kind and "signal_removed_frac_pos_above" in s[3] for s in seen)
