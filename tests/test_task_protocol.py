@@ -92,7 +92,7 @@ def test_config_names_the_task_and_its_options():
     with pytest.raises(ValueError, match="task.options"):
         load_config("cpu-tiny", {"task.options": '{"max_digits": 0}'})
     with pytest.raises(ValueError, match="unknown task.name"):
-        load_config("cpu-tiny", {"task.name": "subtraction"})
+        load_config("cpu-tiny", {"task.name": "no_such_task"})
 
 
 def test_splits_outside_the_alphabet_or_overlapping_are_refused():
