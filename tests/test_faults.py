@@ -439,6 +439,9 @@ def test_sigkill_at_a_random_moment_then_resume_reproduces(base, tmp_path, capsy
 def test_sigint_checkpoints_and_exits_130_then_resume_reproduces(base, tmp_path, capsys):
     run = str(tmp_path / "run")
     rc = _kill_at_random(run, signal.SIGINT, random.Random(7))
+    if rc == -signal.SIGINT:  # on a fast machine the run can finish first; Ctrl-C then lands in interpreter teardown
+        assert os.path.exists(os.path.join(run, "summary.json")), "killed by SIGINT before the run had finished"
+        rc = 0
     assert rc in (130, 0)
     if rc == 130:
         assert not os.path.exists(os.path.join(run, "summary.json"))
