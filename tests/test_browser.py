@@ -261,10 +261,16 @@ def _check_sliders(drv) -> list[dict]:
         before = drv.execute_script(SLIDER_STATE, gd_id)
         to_last = before["active"] != len(before["steps"]) - 1
         target = len(before["steps"]) - 1 if to_last else 0
-        _click_slider(drv, gd_id, to_last)
-        after = _wait(lambda g=gd_id, t=target: (lambda s: s if s["active"] == t else None)(
-            drv.execute_script(SLIDER_STATE, g)), timeout=5) or drv.execute_script(SLIDER_STATE, gd_id)
         expected = [bool(v) for v in before["steps"][target]]
+        _click_slider(drv, gd_id, to_last)
+
+        def settled(state, t=target):
+            # Plotly moves the slider before its restyle lands: wait for both, not just the handle.
+            shown = [bool(v) for v in state["visible"][:len(expected)]]
+            return state if state["active"] == t and shown == expected else None
+
+        after = _wait(lambda g=gd_id: settled(drv.execute_script(SLIDER_STATE, g)), timeout=10) \
+            or drv.execute_script(SLIDER_STATE, gd_id)
         results.append(dict(id=gd_id, before=before["active"], target=target, after=after["active"],
                             changed=after["visible"] != before["visible"],
                             matches_step=[bool(v) for v in after["visible"][:len(expected)]] == expected))
