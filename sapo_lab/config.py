@@ -101,6 +101,12 @@ class LossConfig:
     max_log_ratio: float = 20.0
     max_log_ratio_policy: str = "record"
 
+    def resolved_importance_sampling_level(self) -> str:
+        """The level ``policy_loss`` uses: the configured one, else sequence for gspo and token otherwise."""
+        if self.importance_sampling_level is not None:
+            return self.importance_sampling_level
+        return "sequence" if self.loss_type == "gspo" else "token"
+
     def policy_loss_kwargs(self) -> dict:
         """The keyword arguments of :func:`sapo_lab.policy_loss` that this config sets: the one mapping."""
         return {
@@ -126,6 +132,10 @@ class EvaluationConfig:
     pass_k: tuple[int, ...] = (1, 4)
     eval_temperature: float | None = None  # None: the rollout temperature
     greedy: bool = True
+    # Every this many rollout steps, the step's last (stalest) minibatch also computes the
+    # token- and sequence-level gradients and their §9 decomposition (diagnostics.py): about
+    # five extra backward passes, no change to the update or to any random stream. 0 = off.
+    gradient_comparison_every: int = 10
 
 
 @dataclass
@@ -403,6 +413,7 @@ _RULES = [
     ("evaluation.dev_prompts", lambda v: v >= 1, "must be >= 1"),
     ("evaluation.num_samples", lambda v: v >= 1, "must be >= 1"),
     ("evaluation.eval_temperature", lambda v: v is None or v >= 0, "must be >= 0"),
+    ("evaluation.gradient_comparison_every", lambda v: v >= 0, "must be >= 0 (0 = off)"),
     ("device", lambda v: v in ("auto", "cpu") or v.startswith("cuda"), "must be 'auto', 'cpu' or 'cuda[:N]'"),
     ("save_steps", lambda v: v >= 1, "must be >= 1"),
     ("max_train_time_s", lambda v: v >= 0, "must be >= 0"),

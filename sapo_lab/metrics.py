@@ -5,21 +5,43 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import torch
+
+from .diagnostics import ratio_quantiles, step_diagnostics
+from .losses import SIGNAL_CELLS
 from .rollout import RolloutBatch
 from .update import UpdateResult
 
 # Diagnostics of policy_loss averaged over the step's trained minibatches.
 AVERAGED_STATS = (
     "approx_kl",
-    "ratio_q05",
-    "ratio_q50",
-    "ratio_q95",
     "coef_q05",
     "coef_q50",
     "coef_q95",
     "signal_removed_frac",
+    "signal_removed_frac_pos",
+    "signal_removed_frac_neg",
+    *(f"signal_removed_frac_{sign}_{side}" for sign, side in SIGNAL_CELLS),
+    *(f"signal_share_{sign}_{side}" for sign, side in SIGNAL_CELLS),
     "clip_frac",
 )
+# Loss types whose kernel has a hard clip, so a missing clip_frac means "nothing to measure".
+HARD_CLIP_LOSSES = ("grpo", "gspo")
+
+
+def pooled_ratio_quantiles(updates: list[UpdateResult], tau_pos: float, tau_neg: float) -> dict:
+    """Quantiles of r and r w(r) over every token the step's updates trained, as each update saw it.
+
+    Pooling the K minibatches (not averaging their quantiles) keeps the tails of the stale
+    minibatches, which are the ones that matter. ``None`` values when nothing was trained.
+    """
+    seen = [u for u in updates if u.log_ratio is not None]
+    if not seen:
+        empty = torch.zeros(1, 1)
+        return ratio_quantiles(empty, empty.bool(), torch.zeros(1), tau_pos=tau_pos, tau_neg=tau_neg)
+    return ratio_quantiles(
+        torch.cat([u.log_ratio for u in seen]), torch.cat([u.mask for u in seen]),
+        torch.cat([u.advantages for u in seen]), tau_pos=tau_pos, tau_neg=tau_neg)
 
 
 def _mean(values) -> float:
@@ -34,6 +56,8 @@ def metrics_row(
     *,
     lr: float,
     loss_type: str,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
     counters: dict,
     step_s: float,
     model_s: float,
@@ -44,13 +68,21 @@ def metrics_row(
     ``counters`` are the run's totals after this step; ``step_s`` the step's wall time and
     ``model_s`` the part of it spent in model work (sampling, forwards, backward, optimizer),
     so ``non_model_frac`` is the share of bookkeeping. A statistic no minibatch could
-    measure (all of them zero-advantage) is ``None``; ``clip_frac`` is absent for SAPO.
+    measure (all of them zero-advantage) is ``None``; ``clip_frac`` is absent for kernels
+    without a hard clip. Also in the row: the rollout's :func:`step_diagnostics` (advantage
+    signs, zero-advantage groups, lengths, entropy), ratio and r w(r) quantiles pooled over
+    the trained tokens (``tau_pos``/``tau_neg`` set SAPO's w), and the ``tokseq_*`` gradient
+    comparison of any update that made one (with ``diagnostics_s``, its wall time).
     """
     comp_mask = batch.completion_mask
     grouped = batch.grouped_rewards()
     zero_groups = int((grouped.max(-1).values == grouped.min(-1).values).sum())
     trained = [u.stats for u in updates if u.stats is not None]
-    row = {
+    truncated = torch.tensor([not ep.finished for ep in batch.episodes]) if batch.episodes else None
+    row = step_diagnostics(rewards=grouped, advantages=batch.advantages, mask=comp_mask, entropy=batch.entropy,
+                           truncated=truncated, tau_pos=tau_pos, tau_neg=tau_neg)
+    row.update(pooled_ratio_quantiles(updates, tau_pos, tau_neg))
+    row.update({
         "step": step,
         "reward_mean": float(batch.rewards.mean()),
         "response_length_mean": float(comp_mask.sum(-1).float().mean()),
@@ -68,13 +100,17 @@ def metrics_row(
         "step_s": step_s,
         "non_model_frac": max(0.0, step_s - model_s) / step_s,
         "elapsed_s": elapsed_s,
-    }
+    })
     for key in AVERAGED_STATS:
         vals = [s[key] for s in trained if key in s and math.isfinite(s[key])]
         if vals:
             row[key] = _mean(vals)
-        elif key != "clip_frac" or loss_type != "sapo":
-            row[key] = None  # every minibatch was all zero-advantage: nothing to measure
+        elif key != "clip_frac" or loss_type in HARD_CLIP_LOSSES:
+            row[key] = None  # every minibatch was all zero-advantage (or the cell was empty): nothing to measure
+    compared = [u.gradient_comparison for u in updates if u.gradient_comparison is not None]
+    if compared:
+        row.update(compared[-1])
+    row["diagnostics_s"] = sum(u.comparison_s for u in updates)
     row["ratio_q95_last_minibatch"] = trained[-1].get("ratio_q95") if trained else None
     row["max_abs_log_ratio"] = max((s.get("max_abs_log_ratio", 0.0) for s in trained), default=0.0)
     row["beyond_max_log_ratio"] = sum(s.get("beyond_max_log_ratio", 0) for s in trained)

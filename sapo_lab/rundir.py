@@ -73,6 +73,7 @@ RESUMABLE = {
     "max_train_time_s": "a new wall-clock limit for the rest of the run",
     "save_steps": "how often checkpoints are written; changes no number",
     "threads": "CPU threads; changes speed, not the update rule",
+    "evaluation.gradient_comparison_every": "how often the gradient comparison is logged; changes no update",
 }
 
 

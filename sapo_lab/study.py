@@ -62,6 +62,8 @@ import subprocess
 import sys
 import time
 
+from .task import task_for
+
 STUDY_KEYS = {
     "name",
     "description",
@@ -243,16 +245,6 @@ def collapse_verdict(rows: list[dict], criteria: list[dict], diverged_at: int | 
         return {"collapsed": False, "step": None, "criterion": None, "reason": None}
     step, i, why = min(fired, key=lambda f: f[0])
     return {"collapsed": True, "step": step, "criterion": i, "reason": why}
-
-
-def task_for(cfg):
-    """The run's task object: the config's registered task once the Task protocol lands, else addition."""
-    from . import task as task_mod
-    from .task_suite import ReversedAddition
-
-    if hasattr(task_mod, "make_task") and hasattr(cfg.task, "name"):
-        return task_mod.make_task(cfg.task.name, getattr(cfg.task, "options", None))
-    return ReversedAddition(min_digits=cfg.task.min_digits, max_digits=cfg.task.max_digits)
 
 
 def task_weights(task) -> dict:

@@ -204,10 +204,16 @@ class Trainer:
         timer = ModelTimer(self.device)  # model work; the rest of the step is bookkeeping
         batch = self.collect_rollout(timer)
         updates = []
+        every = cfg.evaluation.gradient_comparison_every
+        compare_this_step = every > 0 and (self.step + 1) % every == 0
         for k, mb in enumerate(batch.minibatches(o.steps_per_generation, generator=self.generators["shuffle"])):
             lr = learning_rate_at(self.counters["optimizer_steps"], o.max_steps * o.steps_per_generation, cfg)
             where = f"step {self.step + 1}, minibatch {k}"
-            updates.append(minibatch_update(self.model, self.opt, mb, cfg, lr=lr, timer=timer, where=where))
+            # The last minibatch is the stalest (K - 1 optimizer steps old): the one where
+            # token- and sequence-level gradients can differ at all (at r = 1 they coincide).
+            compare = compare_this_step and k == o.steps_per_generation - 1
+            updates.append(minibatch_update(self.model, self.opt, mb, cfg, lr=lr, timer=timer, where=where,
+                                            compare_gradients=compare))
             self.counters["optimizer_steps"] += 1
         self.step += 1
         self.counters["tokens_generated"] += int(batch.completion_mask.sum())
@@ -221,6 +227,8 @@ class Trainer:
             updates,
             lr=lr,
             loss_type=cfg.loss.loss_type,
+            tau_pos=cfg.loss.sapo_temperature_pos,
+            tau_neg=cfg.loss.sapo_temperature_neg,
             counters=self.counters,
             step_s=step_s,
             model_s=timer.seconds,

@@ -6,16 +6,23 @@ left out of the forward/backward and the loss is rescaled to the full minibatch'
 normalisation, which gives the same update for less compute. A minibatch with no
 non-zero advantage still takes an optimizer step with a zero gradient, because AdamW
 moves the weights through its momentum even then.
+
+With ``compare_gradients`` the update also measures, before its backward pass, the
+token- and sequence-level gradients of the same minibatch and their §9 decomposition
+(:func:`sapo_lab.diagnostics.token_sequence_gradient_comparison`); the update itself is
+unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
 
 from .device import ModelTimer, autocast_for
+from .diagnostics import token_sequence_gradient_comparison
 from .errors import NonFiniteError, TrainingDiverged
 from .losses import kl_to_reference, policy_loss
 from .model import response_logprobs
@@ -31,6 +38,34 @@ class UpdateResult:
     tokens_trained: int  # completion tokens that went through forward and backward
     stats: dict | None = None  # policy_loss's diagnostics; None when nothing was trained
     kl_ref: float | None = None  # only with beta > 0
+    # What the loss saw, detached, for the step's pooled ratio quantiles: (rows, tokens) log
+    # ratios (at sequence level each row's mean), their mask and the rows' advantages.
+    log_ratio: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    gradient_comparison: dict | None = None  # tokseq_* keys, only when asked for
+    comparison_s: float = 0.0  # wall time of the comparison (diagnostics, not model work)
+
+
+def comparison_kwargs(loss_config) -> dict:
+    """``policy_loss_kwargs`` for the gradient comparison, which sets the level itself.
+
+    GSPO is sequence-level by definition; its token-level twin is GRPO's clip.
+    """
+    kwargs = loss_config.policy_loss_kwargs()
+    kwargs.pop("importance_sampling_level")
+    if kwargs["loss_type"] == "gspo":
+        kwargs["loss_type"] = "grpo"
+    return kwargs
+
+
+def seen_log_ratio(logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """log(pi / b) per token as the loss used it: at sequence level, every token gets its row's mean."""
+    z = torch.where(mask.bool(), logp.detach() - behavior_logp, torch.zeros_like(behavior_logp))
+    if level != "sequence":
+        return z
+    mean = z.sum(-1) / mask.sum(-1).clamp(min=1)
+    return torch.where(mask.bool(), mean[:, None].expand_as(z), z)
 
 
 def learning_rate_at(step: int, total: int, cfg) -> float:
@@ -56,8 +91,12 @@ def zero_advantage_scale(mb: MiniBatch, keep: torch.Tensor, aggregation: str) ->
     return float(cm[keep].sum()) / float(cm.sum())
 
 
-def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: ModelTimer, where: str) -> UpdateResult:
-    """Set the LR, compute the loss of ``mb``, backpropagate, clip and step; ``where`` labels a divergence."""
+def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: ModelTimer, where: str,
+                     compare_gradients: bool = False) -> UpdateResult:
+    """Set the LR, compute the loss of ``mb``, backpropagate, clip and step; ``where`` labels a divergence.
+
+    ``compare_gradients`` adds the token- versus sequence-level gradient comparison to the result.
+    """
     o, lc = cfg.optimization, cfg.loss
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -86,6 +125,13 @@ def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: 
         loss = loss + o.beta * kl
     if not torch.isfinite(loss):
         raise TrainingDiverged(f"{where}: loss is {float(loss.detach())}")
+    comparison, comparison_s = None, 0.0
+    if compare_gradients:
+        t0 = time.perf_counter()
+        comparison = token_sequence_gradient_comparison(
+            logp, mb.behavior_logp, mb.advantages, mask, params=list(model.parameters()), loss_scale=scale,
+            **comparison_kwargs(lc))
+        comparison_s = time.perf_counter() - t0
     max_norm = o.max_grad_norm if o.max_grad_norm > 0 else float("inf")
     with timer:
         optimizer.zero_grad(set_to_none=True)
@@ -100,4 +146,9 @@ def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: 
         tokens_trained=int(mask.sum()),
         stats=out.stats,
         kl_ref=None if kl is None else float(kl.detach()),
+        log_ratio=seen_log_ratio(logp, mb.behavior_logp, mask, lc.resolved_importance_sampling_level()),
+        mask=mask,
+        advantages=mb.advantages,
+        gradient_comparison=comparison,
+        comparison_s=comparison_s,
     )

@@ -264,10 +264,10 @@ def _check_sliders(drv) -> list[dict]:
         expected = [bool(v) for v in before["steps"][target]]
         _click_slider(drv, gd_id, to_last)
 
-        def settled(state, t=target):
+        def settled(state, t=target, want=expected):
             # Plotly moves the slider before its restyle lands: wait for both, not just the handle.
-            shown = [bool(v) for v in state["visible"][:len(expected)]]
-            return state if state["active"] == t and shown == expected else None
+            shown = [bool(v) for v in state["visible"][:len(want)]]
+            return state if state["active"] == t and shown == want else None
 
         after = _wait(lambda g=gd_id: settled(drv.execute_script(SLIDER_STATE, g)), timeout=10) \
             or drv.execute_script(SLIDER_STATE, gd_id)

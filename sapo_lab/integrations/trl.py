@@ -155,7 +155,8 @@ MAPPING: tuple[FieldMapping, ...] = (
     FieldMapping("loss.max_log_ratio_policy", "", "dropped",
                  "'record' changes no update, so dropping it is exact; 'skip' and 'error' are refused"),
     *(FieldMapping(f"evaluation.{k}", "", "dropped", _RESULTS)
-      for k in ("dev_every", "dev_prompts", "num_samples", "pass_k", "eval_temperature", "greedy")),
+      for k in ("dev_every", "dev_prompts", "num_samples", "pass_k", "eval_temperature", "greedy",
+                "gradient_comparison_every")),
     FieldMapping("seed", "seed", "mapped", "same number; the random streams differ, so runs are not bit-identical",
                  lambda cfg, n: {"seed": cfg.seed}),
     FieldMapping("device", "use_cpu, bf16", "mapped",
