@@ -1,0 +1,185 @@
+"""Reading a finished (or partly finished) study: what the evidence chapters import.
+
+A study's results live in ``results/NAME/`` (:mod:`sapo_lab.study`): ``summary.json`` with
+one row per finished run, and per run ``runs/RUN_ID/metrics.jsonl`` (one row per rollout
+step) and ``study_record.json`` (collapse verdict, selected checkpoints, counters). This
+module only reads them: no torch, no training.
+
+Curves over seeds are summarised by their mean and their seed range (min, max). With two or
+three seeds a normal interval would be a pretence of precision; the range shows every seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def results_root(start: str | os.PathLike | None = None) -> Path:
+    """The repository's ``results/`` folder, found from ``start`` (default: cwd) or a parent.
+
+    Chapters run from ``book/`` and tests from the repository root; both find the same folder.
+    """
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "results").is_dir() and (p / "experiments").is_dir():
+            return p / "results"
+    raise FileNotFoundError(f"no results/ folder next to an experiments/ folder above {here}")
+
+
+@dataclass
+class Run:
+    """One finished run of a study: its identity, its record and (loaded on demand) its metrics."""
+
+    run_id: str
+    method: str
+    seed: int
+    grid: dict
+    record: dict
+    path: Path
+    _rows: list | None = field(default=None, repr=False)
+
+    @property
+    def rows(self) -> list[dict]:
+        """The run's ``metrics.jsonl`` rows, one per rollout step."""
+        if self._rows is None:
+            with open(self.path / "metrics.jsonl") as f:
+                self._rows = [json.loads(line) for line in f if line.strip()]
+        return self._rows
+
+    def series(self, metric: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of ``metric`` over the rows where it was measured (not null, finite)."""
+        steps, values = [], []
+        for r in self.rows:
+            v = r.get(metric)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                steps.append(r["step"])
+                values.append(float(v))
+        return steps, values
+
+    def selection(self, by: str) -> dict | None:
+        """The record's selection whose tag is ``by`` (``best_dev``, ``final``, ``step_50``...)."""
+        for sel in self.record.get("selections", []):
+            tag = sel["by"] + (f"_{_fmt(sel['value'])}" if sel.get("value") is not None else "")
+            if tag == by or sel["by"] == by:
+                return sel
+        return None
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass
+class Study:
+    """A study's declaration, its finished runs and its summary rows."""
+
+    name: str
+    path: Path
+    declaration: dict
+    runs: list[Run]
+    summary: list[dict]
+
+    def methods(self) -> list[str]:
+        """Methods in declaration order."""
+        return list(self.declaration["methods"])
+
+    def select(self, method: str | None = None, **grid) -> list[Run]:
+        """Finished runs of ``method`` (any if None) whose grid values match ``grid`` (leaf names or full keys)."""
+        out = []
+        for run in self.runs:
+            if method is not None and run.method != method:
+                continue
+            leaves = {k.rsplit(".", 1)[-1]: v for k, v in run.grid.items()}
+            if all(run.grid.get(k, leaves.get(k)) == v for k, v in grid.items()):
+                out.append(run)
+        return out
+
+    def grid_values(self, key: str) -> list:
+        """The declared values of one grid key (leaf name or full key), in order."""
+        for k, vals in self.declaration.get("grid", {}).items():
+            if k == key or k.rsplit(".", 1)[-1] == key:
+                return list(vals)
+        raise KeyError(f"study {self.name} has no grid key {key!r}")
+
+
+def load_study(name: str, root: str | os.PathLike | None = None) -> Study:
+    """Everything finished so far in ``results/NAME``; ``root`` is the results folder (default: found)."""
+    base = Path(root) if root is not None else results_root()
+    path = base / name
+    if not (path / "study.json").is_file():
+        raise FileNotFoundError(f"{path} holds no study (no study.json): run python -m sapo_lab study experiments/{name}.json")
+    with open(path / "study.json") as f:
+        declaration = json.load(f)
+    summary = []
+    if (path / "summary.json").is_file():
+        with open(path / "summary.json") as f:
+            summary = json.load(f)
+    runs = []
+    runs_dir = path / "runs"
+    for run_dir in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        rec = run_dir / "study_record.json"
+        if not rec.is_file():
+            continue  # still running, or interrupted: not evidence yet
+        with open(rec) as f:
+            record = json.load(f)
+        runs.append(Run(record["run_id"], record["method"], record["seed"], record.get("grid", {}), record, run_dir))
+    order = {m: i for i, m in enumerate(declaration["methods"])}
+    runs.sort(key=lambda r: (order.get(r.method, len(order)), json.dumps(r.grid, sort_keys=True), r.seed))
+    return Study(name, path, declaration, runs, summary)
+
+
+@dataclass
+class Band:
+    """A metric over steps across seeds: the mean and the seed range at each step every seed measured."""
+
+    steps: list[int]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    seeds: int
+
+
+def seed_band(runs: list[Run], metric: str) -> Band:
+    """Mean, min and max of ``metric`` over ``runs`` at the steps all of them measured it."""
+    if not runs:
+        raise ValueError("no runs to summarise")
+    per_run = [dict(zip(*r.series(metric), strict=True)) for r in runs]
+    common = sorted(set.intersection(*(set(d) for d in per_run)))
+    mean, low, high = [], [], []
+    for s in common:
+        vals = [d[s] for d in per_run]
+        mean.append(sum(vals) / len(vals))
+        low.append(min(vals))
+        high.append(max(vals))
+    return Band(common, mean, low, high, len(runs))
+
+
+def spread(values: list[float]) -> dict:
+    """Mean, min, max, sample standard deviation (None for one value) and count of ``values``."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        raise ValueError("no values")
+    m = sum(vals) / len(vals)
+    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+    return {"mean": m, "min": min(vals), "max": max(vals), "sd": sd, "n": len(vals)}
+
+
+def band_figure(bands: dict[str, Band], *, title: str = "", yaxis: str = "", xaxis: str = "rollout step"):
+    """A plotly figure: per label, the mean line and a shaded min-max band over seeds."""
+    import plotly.graph_objects as go
+
+    palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
+    fig = go.Figure()
+    for i, (label, b) in enumerate(bands.items()):
+        colour = palette[i % len(palette)]
+        fig.add_trace(go.Scatter(x=b.steps + b.steps[::-1], y=b.high + b.low[::-1], fill="toself", line=dict(width=0),
+                                 fillcolor=colour, opacity=0.18, hoverinfo="skip", showlegend=False, legendgroup=label))
+        fig.add_trace(go.Scatter(x=b.steps, y=b.mean, mode="lines", line=dict(color=colour),
+                                 name=f"{label} ({b.seeds} seeds)", legendgroup=label))
+    fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, template="plotly_white",
+                      margin=dict(l=50, r=20, t=50, b=40), height=380)
+    return fig

@@ -1,0 +1,58 @@
+"""Reading studies (sapo_lab.study_results) on a hand-built results folder whose answers are known."""
+
+import json
+
+import pytest
+
+from sapo_lab.study_results import load_study, results_root, seed_band, spread
+
+
+def _write_run(base, run_id, method, seed, grid, rows, finished=True):
+    d = base / "runs" / run_id
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+        rec = {"run_id": run_id, "method": method, "seed": seed, "grid": grid,
+               "selections": [{"by": "step", "value": 2, "step": 2}, {"by": "final", "step": 3}]}
+        (d / "study_record.json").write_text(json.dumps(rec))
+
+
+@pytest.fixture
+def study(tmp_path):
+    (tmp_path / "experiments").mkdir()
+    base = tmp_path / "results" / "toy"
+    base.mkdir(parents=True)
+    decl = {"name": "toy", "methods": {"sapo": {}, "grpo": {}}, "grid": {"optimization.learning_rate": [0.1, 0.2]}}
+    (base / "study.json").write_text(json.dumps(decl))
+    lr = {"optimization.learning_rate": 0.1}
+    _write_run(base, "sapo_seed0", "sapo", 0, lr, [{"step": 1, "m": 1.0}, {"step": 2, "m": None}, {"step": 3, "m": 3.0}])
+    _write_run(base, "sapo_seed1", "sapo", 1, lr, [{"step": 1, "m": 2.0}, {"step": 2, "m": 5.0}, {"step": 3, "m": 1.0}])
+    _write_run(base, "grpo_seed0", "grpo", 0, {"optimization.learning_rate": 0.2}, [{"step": 1, "m": 0.0}])
+    _write_run(base, "grpo_seed1", "grpo", 1, {"optimization.learning_rate": 0.2}, [{"step": 1}], finished=False)
+    return tmp_path
+
+
+def test_finished_runs_only_in_declaration_order(study):
+    """Catches: an unfinished run (no study_record.json) read as evidence; alphabetical instead of declared order."""
+    s = load_study("toy", study / "results")
+    assert [r.run_id for r in s.runs] == ["sapo_seed0", "sapo_seed1", "grpo_seed0"]
+    assert [r.run_id for r in s.select("sapo", learning_rate=0.1)] == ["sapo_seed0", "sapo_seed1"]
+    assert s.select("sapo", learning_rate=0.2) == [] and s.grid_values("learning_rate") == [0.1, 0.2]
+    assert s.runs[0].selection("step_2")["step"] == 2 and s.runs[0].selection("final")["step"] == 3
+
+
+def test_seed_band_uses_steps_every_seed_measured(study):
+    """Catches: a null counted as 0, or a step one seed did not measure averaged over the others."""
+    s = load_study("toy", study / "results")
+    b = seed_band(s.select("sapo"), "m")
+    assert b.steps == [1, 3] and b.mean == [1.5, 2.0] and b.low == [1.0, 1.0] and b.high == [2.0, 3.0] and b.seeds == 2
+
+
+def test_spread_and_root(study, monkeypatch):
+    """Catches: population instead of sample standard deviation; a results folder found without experiments/."""
+    out = spread([1.0, 2.0, 3.0, None])
+    assert out["mean"] == 2.0 and out["sd"] == 1.0 and out["n"] == 3 and spread([4.0])["sd"] is None
+    monkeypatch.chdir(study / "results" / "toy")
+    assert results_root() == (study / "results").resolve()
+    with pytest.raises(FileNotFoundError, match="no study"):
+        load_study("missing", study / "results")
