@@ -20,6 +20,8 @@ DEFAULT_RATIOS = (0.25, 0.5, 0.9, 1.0, 1.1, 2.0, 4.0)
 
 @dataclass
 class AuditTable:
+    """Rows of an audit (one per case) and the largest error among them."""
+
     rows: list
 
     @property

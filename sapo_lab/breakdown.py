@@ -25,6 +25,8 @@ from .evaluation import mean_ci, pass_at_k
 
 @dataclass(frozen=True)
 class ScoredPrompt:
+    """One evaluated prompt: its family, difficulty and the verdict of each sample."""
+
     family: str
     difficulty: int
     correct: tuple[bool, ...]  # one entry per sample; True exactly when the verifier said "correct"

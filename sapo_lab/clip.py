@@ -8,6 +8,7 @@ from .gates import _as_tensor
 
 
 def check_clip_eps(eps_low, eps_high) -> None:
+    """Refuse clip widths that make the clip band empty or inverted (``ValueError``)."""
     if not (0.0 <= float(eps_low) < 1.0) or not (float(eps_high) >= 0.0):
         raise ValueError(
             f"clip epsilons must satisfy 0 <= eps_low < 1 and eps_high >= 0, got {eps_low!r}, {eps_high!r}"

@@ -40,9 +40,9 @@ class TaskConfig:
     name: str = "addition"  # a registered task name, or an import path "my_module:MyTask"
     options: dict = field(default_factory=dict)  # the task's constructor keyword arguments
     split_seed: int = 0  # the splits are frozen: independent of the run's seed
-    num_train: int = 8000
-    num_dev: int = 256
-    num_eval: int = 512
+    num_train: int = 8000  # training prompts drawn for rollouts
+    num_dev: int = 256  # development prompts: dev Pass@1 during training, checkpoint selection
+    num_eval: int = 512  # untouched evaluation prompts: reported Pass@1 only
 
 
 @dataclass
@@ -50,10 +50,10 @@ class ColdStartConfig:
     """Supervised warm start, stopped once sampled dev Pass@1 reaches ``target_pass1``."""
 
     max_updates: int = 3000  # 0 skips the cold start (e.g. for an already fine-tuned --model)
-    batch_size: int = 64
-    sft_learning_rate: float = 2e-3
-    target_pass1: float = 0.3
-    eval_every: int = 20
+    batch_size: int = 64  # SFT examples per update
+    sft_learning_rate: float = 2e-3  # AdamW learning rate of the warm start
+    target_pass1: float = 0.3  # stop once sampled dev Pass@1 reaches this (rewards must not be all 0)
+    eval_every: int = 20  # SFT updates between dev measurements
     cache_dir: str = "runs/_coldstart"  # "" disables the cache
 
 
@@ -64,7 +64,7 @@ class RolloutConfig:
     prompts_per_rollout: int = 32  # prompts per rollout batch; responses = this * num_generations
     num_generations: int = 8  # G, responses per prompt
     max_completion_length: int = 5  # the addition answer is max_digits + 1 digits, then EOS
-    temperature: float = 1.0
+    temperature: float = 1.0  # sampling temperature of the rollouts (the behavior policy)
 
 
 @dataclass
@@ -73,12 +73,12 @@ class OptimizationConfig:
 
     max_steps: int = 600  # rollout steps; each makes steps_per_generation optimizer steps
     steps_per_generation: int = 4  # K update minibatches per rollout batch (the paper's 4)
-    learning_rate: float = 2e-4
-    lr_scheduler_type: str = "constant_with_warmup"
+    learning_rate: float = 2e-4  # AdamW peak learning rate
+    lr_scheduler_type: str = "constant_with_warmup"  # one of LR_SCHEDULES
     warmup_steps: int = 10  # optimizer steps
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.99
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    adam_beta1: float = 0.9  # AdamW first-moment decay
+    adam_beta2: float = 0.99  # AdamW second-moment decay
     max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still logged)
     beta: float = 0.0  # KL coefficient to the cold-start reference; 0 = off, no reference kept
     # Responses with advantage 0 contribute exactly nothing to the policy gradient, so (when
@@ -91,15 +91,15 @@ class OptimizationConfig:
 class LossConfig:
     """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
 
-    loss_type: str = "sapo"
-    sapo_temperature_pos: float = 1.0
-    sapo_temperature_neg: float = 1.05
-    epsilon: float = 0.2
+    loss_type: str = "sapo"  # one of sapo_lab.losses.LOSS_TYPES (sapo, grpo, gspo, sapo_directional, gauss)
+    sapo_temperature_pos: float = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
+    sapo_temperature_neg: float = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
+    epsilon: float = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
     epsilon_high: float | None = None  # None: same as epsilon
     importance_sampling_level: str | None = None  # None: sequence for gspo, token otherwise
-    aggregation: str = "per_response"
-    max_log_ratio: float = 20.0
-    max_log_ratio_policy: str = "record"
+    aggregation: str = "per_response"  # one of sapo_lab.masks.AGGREGATIONS: token averaging (also for the KL term)
+    max_log_ratio: float = 20.0  # |log r| above this counts as extreme staleness
+    max_log_ratio_policy: str = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
 
     def resolved_importance_sampling_level(self) -> str:
         """The level ``policy_loss`` uses: the configured one, else sequence for gspo and token otherwise."""
@@ -127,11 +127,11 @@ class EvaluationConfig:
     """Held-out evaluation and the per-step dev measurement."""
 
     dev_every: int = 10  # rollout steps between dev-subset Pass@1 measurements
-    dev_prompts: int = 128
+    dev_prompts: int = 128  # dev prompts per dev measurement (one sample each)
     num_samples: int = 4  # n samples per held-out prompt for Pass@1 / pass@k
-    pass_k: tuple[int, ...] = (1, 4)
+    pass_k: tuple[int, ...] = (1, 4)  # the k of the reported pass@k estimates (each <= num_samples)
     eval_temperature: float | None = None  # None: the rollout temperature
-    greedy: bool = True
+    greedy: bool = True  # held-out evaluation also reports greedy-decoding accuracy
     # Every this many rollout steps, the step's last (stalest) minibatch also computes the
     # token- and sequence-level gradients and their §9 decomposition (diagnostics.py): about
     # five extra backward passes, no change to the update or to any random stream. 0 = off.
@@ -149,7 +149,7 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: int = 0
+    seed: int = 0  # model init, cold start, sampling and minibatch order
     device: str = "auto"  # "auto" = cuda if available, else cpu
     save_steps: int = 50  # checkpoint every N rollout steps (and on Ctrl-C)
     max_train_time_s: float = 0.0  # stop training after this wall time; 0 = no limit

@@ -34,6 +34,7 @@ LIVE_EXPLORERS: list[LiveExplorer] = []
 
 
 def in_book_build() -> bool:
+    """True while the book is built (SAPO_LAB_BOOK=1): figures embed as HTML using the page's plotly.js."""
     return os.environ.get(BOOK_ENV) == "1"
 
 

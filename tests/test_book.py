@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,3 +107,25 @@ def test_config_builds_offline():
     assert sphinx["mathjax_path"].startswith("mathjax/") and "plotly.min.js" in sphinx["html_js_files"]
     assert sphinx["nb_ipywidgets_js"] == {}
     assert CONFIG["only_build_toc_files"] is True and CONFIG["execute"]["timeout"] > 0
+
+
+def _colab_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("colab_cell", ROOT / "tools" / "colab_cell.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_colab_cell_installs_what_pyproject_declares_and_never_torch(path):
+    # catches a notebook whose cell went stale after a pyproject bump, or one that reinstalls torch on Colab
+    tool = _colab_tool()
+    source = "".join(tool.first_code_cell(json.loads(path.read_text()))["source"])
+    assert source == tool.colab_cell_source(), f"{path.name}: run python tools/colab_cell.py"
+    install_lines = [line for line in source.splitlines() if "%pip install" in line]
+    assert "--no-deps" in install_lines[0] and not any("torch" in line for line in install_lines)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in declared:
+        assert requirement.startswith("torch") or f'"{requirement}"' in install_lines[1], requirement

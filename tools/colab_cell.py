@@ -1,0 +1,71 @@
+"""Write the one Colab install cell into every notebook, its pins read from pyproject.toml.
+
+    python tools/colab_cell.py          # rewrite the first code cell of each book/*.ipynb
+    python tools/colab_cell.py --check  # exit 1 if any notebook's cell differs (tests/test_book.py runs this)
+
+The cell installs sapo_lab with ``--no-deps`` and then the runtime dependencies except torch, so that a
+Colab runtime keeps its own CUDA torch: resolving ``torch>=...`` could replace it with a multi-GB download.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def runtime_requirements_except_torch() -> list[str]:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [d for d in deps if not d.replace(" ", "").lower().startswith("torch")]
+
+
+def repository_url() -> str:
+    import yaml
+
+    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+
+
+def colab_cell_source() -> str:
+    pins = " ".join(f'"{d}"' for d in runtime_requirements_except_torch())
+    return (
+        "# On Colab or a fresh kernel, install sapo_lab only if it is missing.\n"
+        "# --no-deps keeps the runtime's own torch (a resolver could replace Colab's CUDA build with a\n"
+        "# multi-GB download); the second line adds sapo_lab's other dependencies, as pyproject.toml declares.\n"
+        "try:\n"
+        "    import sapo_lab\n"
+        "except ImportError:\n"
+        f'    %pip install -q --no-deps "sapo-lab @ git+{repository_url()}"\n'
+        f"    %pip install -q {pins}\n"
+        "    import sapo_lab"
+    )
+
+
+def first_code_cell(nb: dict) -> dict:
+    return next(c for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    wanted = colab_cell_source()
+    stale = []
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        cell = first_code_cell(nb)
+        if "".join(cell["source"]) == wanted:
+            continue
+        stale.append(path.name)
+        if not check:
+            cell["source"] = wanted.splitlines(keepends=True)
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    if check and stale:
+        print(f"Colab cell differs from pyproject.toml in: {', '.join(stale)}; run python tools/colab_cell.py")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
