@@ -37,10 +37,14 @@ from sapo_lab.task import splits_for  # noqa: E402
 from sapo_lab.trainer import train  # noqa: E402
 
 
-def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advantage: bool = True) -> dict:
-    run = os.path.join(workdir, f"sapo_lab-skip{int(skip_zero_advantage)}")
+def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advantage: bool = True,
+                   gradient_comparison_every: int = 0) -> dict:
+    run = os.path.join(workdir, f"sapo_lab-skip{int(skip_zero_advantage)}-cmp{gradient_comparison_every}")
     cfg = copy.deepcopy(cfg)
     cfg.optimization.skip_zero_advantage = skip_zero_advantage
+    # TRL computes no token-versus-sequence gradient comparison, so like-for-like timing turns it off;
+    # main() also times the default (every 10 steps) to show what the diagnostic costs.
+    cfg.evaluation.gradient_comparison_every = gradient_comparison_every
     cfg.optimization.max_steps = warmup + steps
     cfg.save_steps = 10**6
     cfg.evaluation.dev_every = 10**6
@@ -123,10 +127,18 @@ def main() -> int:
             f"({full['step_s']:.3f} s/batch); non-model {100 * full['non_model_frac']:.1f}%",
             flush=True,
         )
+        default_cfg_every = cfg.evaluation.gradient_comparison_every
+        diag = bench_sapo_lab(cfg, args.steps, args.warmup, work, gradient_comparison_every=default_cfg_every)
+        print(
+            f"sapo_lab, gradient comparison every {default_cfg_every} steps (the default): "
+            f"{diag['batches_per_s']:.3f} rollout batches/s ({diag['step_s']:.3f} s/batch)",
+            flush=True,
+        )
         theirs = bench_trl(cfg, copy.deepcopy(model), tok, splits, args.steps, args.warmup, work)
         print(f"trl:      {theirs['batches_per_s']:.3f} rollout batches/s ({theirs['step_s']:.3f} s/batch)", flush=True)
     speedup = ours["batches_per_s"] / theirs["batches_per_s"]
     print(f"speedup_vs_trl_without_skipping={full['batches_per_s'] / theirs['batches_per_s']:.2f}")
+    print(f"speedup_vs_trl_with_default_diagnostics={diag['batches_per_s'] / theirs['batches_per_s']:.2f}")
     print(f"non_model_frac={ours['non_model_frac']:.3f}")
     print(f"speedup_vs_trl={speedup:.2f}")
     return 0

@@ -10,15 +10,22 @@ import signal
 import sys
 
 import sapo_lab.checkpoint as checkpoint_mod
-import sapo_lab.rollout as rollout_mod
+from sapo_lab.task import AdditionTask
 
 
-def parity_reward(text, finished, problem):
+def parity_reward(text, finished, problem, *_):
     """A reward that varies within groups even for an untrained micro model, so updates are not zero."""
     return float(len(text) % 2), "wrong"
 
 
-rollout_mod.verify = parity_reward
+
+
+def use_parity_reward(setattr_=setattr):
+    """Make the micro runs' task (addition) reward by parity: the CLI takes its reward from the task."""
+    setattr_(AdditionTask, "verify", lambda self, text, finished, problem: parity_reward(text, finished, problem))
+
+
+use_parity_reward()
 kill_at = os.environ.get("SAPO_FAULT_KILL_AT")
 if kill_at:
     name, step = kill_at.split("@")
