@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
+# Two pytest workers (CI has 2 cores), one test file each: a notebook keeps one kernel, module fixtures run once.
+# `make unit PYTEST_PAR=` runs serially.
+PYTEST_PAR ?= -n 2 --dist loadfile
 
 .PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test
 
@@ -32,10 +35,10 @@ lint: venv
 	$(BIN)/ruff check .
 
 unit: venv
-	$(BIN)/python -m pytest -q -m "not browser"
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not browser"
 
 nbval: venv
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
 # Student notebooks in student/: solutions replaced by stubs, checks kept (tests/test_student.py checks that
 # each runs up to its first stub and that the teacher notebooks survive the round trip unchanged).
@@ -56,14 +59,14 @@ MIN_NOTEBOOK := book/10a_bring_your_own_task.ipynb
 
 $(MIN_STAMP): constraints-min.txt pyproject.toml requirements.txt
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
-	grep -E '^(pytest|hypothesis|sympy|nbval|ipykernel|matplotlib)==' requirements.txt > $(MIN_VENV)/test-tools.txt
+	grep -E '^(pytest|pytest-xdist|execnet|hypothesis|sympy|nbval|ipykernel|matplotlib)==' requirements.txt > $(MIN_VENV)/test-tools.txt
 	$(MIN_VENV)/bin/python -m pip install -q -c constraints-min.txt -e . -r $(MIN_VENV)/test-tools.txt pyyaml
 	touch $(MIN_STAMP)
 
 min-test: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python -m pip check
 	$(MIN_VENV)/bin/python tools/check_min_versions.py constraints-min.txt
-	$(MIN_VENV)/bin/python -m pytest -q -m "not browser and not slow"
+	$(MIN_VENV)/bin/python -m pytest -q $(PYTEST_PAR) -m "not browser and not slow"
 	$(MIN_VENV)/bin/python -m pytest -q --nbval-lax --nbval-current-env $(MIN_NOTEBOOK)
 # TRL in its own environment (benchmarks/.venv-trl), never in .venv
 trl-test:

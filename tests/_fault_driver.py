@@ -25,9 +25,12 @@ def use_parity_reward(setattr_=setattr):
     setattr_(AdditionTask, "verify", lambda self, text, finished, problem: parity_reward(text, finished, problem))
 
 
-use_parity_reward()
-kill_at = os.environ.get("SAPO_FAULT_KILL_AT")
-if kill_at:
+
+def install_kill_switch():
+    """``SAPO_FAULT_KILL_AT=NAME@STEP``: SIGKILL right before checkpoint STEP writes its file NAME."""
+    kill_at = os.environ.get("SAPO_FAULT_KILL_AT")
+    if not kill_at:
+        return
     name, step = kill_at.split("@")
     real_save_file = checkpoint_mod.save_file
 
@@ -38,7 +41,11 @@ if kill_at:
 
     checkpoint_mod.save_file = save_file_then_die
 
+
 if __name__ == "__main__":
+    # Only as a script: importing this module (test_faults does) must not patch the task for other tests.
     from sapo_lab.cli import main
 
+    use_parity_reward()
+    install_kill_switch()
     sys.exit(main(sys.argv[1:]))
