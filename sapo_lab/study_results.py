@@ -98,6 +98,22 @@ class Study:
                 out.append(run)
         return out
 
+    def provenance(self) -> dict:
+        """Where the study's numbers came from, read from ``environment.json``: command, commits, dates, wall time."""
+        with open(self.path / "environment.json") as f:
+            invocations = json.load(f)["invocations"]
+        commands = sorted({"python -m sapo_lab " + " ".join(inv["argv"][1:]) for inv in invocations})
+        return {
+            "study": self.name,
+            "commands": commands,
+            "commits": sorted({inv["git_commit"][:7] + ("+" if inv["git_dirty"] else "") for inv in invocations}),
+            "started": min(inv["started_utc"] for inv in invocations)[:16],
+            "finished": max(inv.get("finished_utc") or inv["started_utc"] for inv in invocations)[:16],
+            "wall_s": sum(inv.get("wall_s", 0.0) for inv in invocations),
+            "torch": sorted({inv["torch"] for inv in invocations}),
+            "cpu_count": sorted({inv["cpu_count"] for inv in invocations}),
+        }
+
     def grid_values(self, key: str) -> list:
         """The declared values of one grid key (leaf name or full key), in order."""
         for k, vals in self.declaration.get("grid", {}).items():
@@ -183,3 +199,14 @@ def band_figure(bands: dict[str, Band], *, title: str = "", yaxis: str = "", xax
     fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, template="plotly_white",
                       margin=dict(l=50, r=20, t=50, b=40), height=380)
     return fig
+
+
+def provenance_markdown(studies: list[Study]) -> str:
+    """A Markdown table naming, for each study, the command and commit that produced it (``+``: uncommitted changes)."""
+    lines = ["| study | command | commit | ran (UTC) | wall time, summed over shards | torch, CPUs |", "|---|---|---|---|---|---|"]
+    for study in studies:
+        p = study.provenance()
+        commands = "<br>".join(f"`{c}`" for c in p["commands"])
+        lines.append(f"| `{p['study']}` | {commands} | {', '.join(p['commits'])} | {p['started']} to {p['finished']} | "
+                     f"{p['wall_s'] / 60:.0f} min | {', '.join(p['torch'])}, {', '.join(map(str, p['cpu_count']))} |")
+    return "\n".join(lines)

@@ -56,3 +56,24 @@ def test_spread_and_root(study, monkeypatch):
     assert results_root() == (study / "results").resolve()
     with pytest.raises(FileNotFoundError, match="no study"):
         load_study("missing", study / "results")
+
+
+def test_provenance_names_every_command_and_marks_dirty_commits(study):
+    from sapo_lab.study_results import provenance_markdown
+
+    def invocation(shard, commit, dirty, start, wall):
+        return {"argv": ["sapo_lab/__main__.py", "study", "experiments/toy.json", "--shard", shard], "git_commit": commit,
+                "git_dirty": dirty, "started_utc": start, "finished_utc": start, "wall_s": wall, "torch": "2.13.0+cpu",
+                "cpu_count": 2}
+
+    invocations = [invocation("0/2", "a" * 40, False, "2026-12-02T10:00:00", 60.0),
+                   invocation("1/2", "b" * 40, True, "2026-12-02T09:00:00", 120.0)]
+    (study / "results" / "toy" / "environment.json").write_text(json.dumps({"invocations": invocations}))
+    toy = load_study("toy", root=study / "results")
+    p = toy.provenance()
+    # a shard left out, a dirty tree shown as clean, or the wrong end of the time span would each fail here
+    assert p["commands"] == ["python -m sapo_lab study experiments/toy.json --shard 0/2",
+                             "python -m sapo_lab study experiments/toy.json --shard 1/2"]
+    assert p["commits"] == ["aaaaaaa", "bbbbbbb+"] and p["started"] == "2026-12-02T09:00" and p["wall_s"] == 180.0
+    table = provenance_markdown([toy])
+    assert table.count("\n") == 2 and "bbbbbbb+" in table and "3 min" in table
