@@ -203,7 +203,8 @@ def band_figure(bands: dict[str, Band], *, title: str = "", yaxis: str = "", xax
 
 def provenance_markdown(studies: list[Study]) -> str:
     """A Markdown table naming, for each study, the command and commit that produced it (``+``: uncommitted changes)."""
-    lines = ["| study | command | commit | ran (UTC) | wall time, summed over shards | torch, CPUs |", "|---|---|---|---|---|---|"]
+    lines = ["| study | command | commit | ran (UTC) | wall time, summed over shards | torch, CPUs |",
+             "|---|---|---|---|---|---|"]
     for study in studies:
         p = study.provenance()
         commands = "<br>".join(f"`{c}`" for c in p["commands"])
