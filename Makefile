@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
-# Two pytest workers (CI has 2 cores), one test file each: a notebook keeps one kernel, module fixtures run once.
-# `make unit PYTEST_PAR=` runs serially.
-PYTEST_PAR ?= -n 2 --dist loadfile
+# Two pytest workers (CI has 2 cores). Unit tests are dealt out one by one (the slow ones are few and long);
+# notebooks one file per worker, so that each keeps one kernel. `make unit UNIT_PAR= NB_PAR=` runs serially.
+UNIT_PAR ?= -n 2 --dist load
+NB_PAR ?= -n 2 --dist loadfile
 
 .PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test
 
@@ -35,10 +36,10 @@ lint: venv
 	$(BIN)/ruff check .
 
 unit: venv
-	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not browser"
+	$(BIN)/python -m pytest -q $(UNIT_PAR) -m "not browser"
 
 nbval: venv
-	$(BIN)/python -m pytest -q $(PYTEST_PAR) --nbval-lax --nbval-current-env $(NOTEBOOKS)
+	$(BIN)/python -m pytest -q $(NB_PAR) --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
 # Student notebooks in student/: solutions replaced by stubs, checks kept (tests/test_student.py checks that
 # each runs up to its first stub and that the teacher notebooks survive the round trip unchanged).
@@ -66,7 +67,7 @@ $(MIN_STAMP): constraints-min.txt pyproject.toml requirements.txt
 min-test: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python -m pip check
 	$(MIN_VENV)/bin/python tools/check_min_versions.py constraints-min.txt
-	$(MIN_VENV)/bin/python -m pytest -q $(PYTEST_PAR) -m "not browser and not slow"
+	$(MIN_VENV)/bin/python -m pytest -q $(UNIT_PAR) -m "not browser and not slow"
 	$(MIN_VENV)/bin/python -m pytest -q --nbval-lax --nbval-current-env $(MIN_NOTEBOOK)
 # TRL in its own environment (benchmarks/.venv-trl), never in .venv
 trl-test:
