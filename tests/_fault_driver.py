@@ -13,17 +13,14 @@ import sapo_lab.checkpoint as checkpoint_mod
 from sapo_lab.task import AdditionTask
 
 
-def parity_reward(text, finished, problem, *_):
+def parity_reward(text, finished, problem):
     """A reward that varies within groups even for an untrained micro model, so updates are not zero."""
     return float(len(text) % 2), "wrong"
-
-
 
 
 def use_parity_reward(setattr_=setattr):
     """Make the micro runs' task (addition) reward by parity: the CLI takes its reward from the task."""
     setattr_(AdditionTask, "verify", lambda self, text, finished, problem: parity_reward(text, finished, problem))
-
 
 
 def install_kill_switch():

@@ -1,7 +1,9 @@
 """Write the one Colab install cell into every notebook, its pins read from pyproject.toml.
 
     python tools/colab_cell.py          # rewrite the first code cell of each book/*.ipynb
-    python tools/colab_cell.py --check  # exit 1 if any notebook's cell differs (tests/test_book.py runs this)
+    python tools/colab_cell.py --check  # exit 1 if any notebook's cell differs
+
+tests/test_book.py compares every notebook's first code cell with :func:`colab_cell_source`.
 
 The cell installs sapo_lab with ``--no-deps`` and then the runtime dependencies except torch, so that a
 Colab runtime keeps its own CUDA torch: resolving ``torch>=...`` could replace it with a multi-GB download.
