@@ -14,8 +14,21 @@ A study file (``experiments/NAME.json``) is written before anything runs::
       "collapse": [{"metric": "dev_pass1", "kind": "drop_from_best", "fraction": 0.5, "patience": 2}],
       "selection": [{"by": "best_dev"}, {"by": "final"}],   # checkpoints evaluated on eval
       "snapshot_every": "dev",               # weights kept at every dev step ("dev", N steps, or 0)
-      "breakdown_samples": 4                 # samples per eval prompt for the per-family table
+      "breakdown_samples": 4,                # samples per eval prompt for the per-family table
+      "analysis": {...}                      # optional: the primary endpoint, comparisons and test
     }
+
+The ``analysis`` block declares how the study is read: ``declared`` ("before running", or
+"post hoc" for a plan written after the results), ``declared_utc``, the primary ``endpoint``
+(``metric``: a column of ``summary.csv``; ``checkpoint``; ``evaluation``: the protocol in
+words), ``alpha``, the primary ``tests`` (each ``{"id", "question", "method", "reference",
+"cell", "test", "family"?}``: ``method - reference`` at matched seeds in the grid ``cell``;
+tests sharing a ``family`` are Holm-adjusted together), optional ``tuning`` arms (each
+``{"id", "question", "arms": {NAME: [methods]}, "tune_on", "test"}``: per arm, the method
+with the best seed-mean ``tune_on`` is chosen, then the chosen methods are compared paired
+by seed on the endpoint) and ``exploratory`` (what everything else is). Once a study has run
+with an analysis block, the block is part of its declaration and cannot change; a study that
+ran without one may gain a post hoc block.
 
 Override keys are those of :func:`sapo_lab.config.load_config` (dotted or unique leaf
 names). A method or grid point may not set the budget or the seed (that would make the
@@ -77,7 +90,11 @@ STUDY_KEYS = {
     "selection",
     "snapshot_every",
     "breakdown_samples",
+    "analysis",
 }
+ANALYSIS_KEYS = {"declared", "declared_utc", "endpoint", "alpha", "tests", "tuning", "exploratory"}
+DECLARED = ("before running", "post hoc")
+TESTS = ("paired_t",)
 BUDGET_KEYS = {"max_steps": "optimization.max_steps", "max_train_time_s": "max_train_time_s"}
 COLLAPSE_KINDS = ("drop_from_best", "below", "above")
 GITIGNORE = "runs/*/checkpoints/\nruns/*/snapshots/\nruns/*/cold_start/\nruns/*/final_model/\n_coldstart/\n*.tmp\n"
@@ -142,7 +159,53 @@ def load_study(path: str) -> dict:
         raise ValueError(f"snapshot_every must be 'dev' or an integer >= 0, got {snap!r}")
     if not isinstance(study["breakdown_samples"], int) or study["breakdown_samples"] < 0:
         raise ValueError("breakdown_samples must be an integer >= 0 (0 = no per-family evaluation)")
+    if "analysis" in study:
+        _check_analysis(study["analysis"], study)
     return study
+
+
+def _check_analysis(plan, study: dict) -> None:
+    """The analysis block names known methods, one declared test, and says when it was declared."""
+    if not isinstance(plan, dict):
+        raise ValueError("study 'analysis' must be an object")
+    unknown = sorted(set(plan) - ANALYSIS_KEYS)
+    if unknown:
+        raise ValueError(f"unknown analysis key {unknown[0]!r}; known: {sorted(ANALYSIS_KEYS)}")
+    for key in ("declared", "declared_utc", "endpoint", "alpha", "tests"):
+        if key not in plan:
+            raise ValueError(f"study 'analysis' must give {key!r}")
+    if plan["declared"] not in DECLARED:
+        raise ValueError(f"analysis 'declared' must be one of {DECLARED}, got {plan['declared']!r}")
+    endpoint = plan["endpoint"]
+    if not isinstance(endpoint, dict) or set(endpoint) != {"metric", "checkpoint", "evaluation"}:
+        raise ValueError("analysis 'endpoint' must give exactly 'metric', 'checkpoint' and 'evaluation'")
+    if not isinstance(plan["alpha"], float) or not 0 < plan["alpha"] < 1:
+        raise ValueError(f"analysis 'alpha' must be a number in (0, 1), got {plan['alpha']!r}")
+    methods = set(study["methods"])
+    grid_leaves = {_leaf(k) for k in study.get("grid", {})} | set(study.get("grid", {}))
+    ids = set()
+    for t in plan["tests"]:
+        if not isinstance(t, dict) or not {"id", "question", "method", "reference", "test"} <= set(t):
+            raise ValueError(f"analysis test {t!r} needs 'id', 'question', 'method', 'reference' and 'test'")
+        for side in ("method", "reference"):
+            if t[side] not in methods:
+                raise ValueError(f"analysis test {t['id']}: {side} {t[side]!r} is not a method of the study")
+        if t["test"] not in TESTS:
+            raise ValueError(f"analysis test {t['id']}: test must be one of {TESTS}, got {t['test']!r}")
+        if set(t.get("cell", {})) - grid_leaves:
+            raise ValueError(f"analysis test {t['id']}: cell key {sorted(set(t['cell']) - grid_leaves)[0]!r} is not a grid key")
+        ids.add(t["id"])
+    for arm in plan.get("tuning", []):
+        if not isinstance(arm, dict) or not {"id", "question", "arms", "tune_on", "test"} <= set(arm):
+            raise ValueError(f"analysis tuning {arm!r} needs 'id', 'question', 'arms', 'tune_on' and 'test'")
+        if len(arm["arms"]) != 2 or len({len(v) for v in arm["arms"].values()}) != 1:
+            raise ValueError(f"analysis tuning {arm['id']}: two arms with the same number of configurations")
+        for name in (m for v in arm["arms"].values() for m in v):
+            if name not in methods:
+                raise ValueError(f"analysis tuning {arm['id']}: {name!r} is not a method of the study")
+        ids.add(arm["id"])
+    if len(ids) != len(plan["tests"]) + len(plan.get("tuning", [])):
+        raise ValueError("analysis test and tuning ids must be unique")
 
 
 def _check_collapse(criteria) -> None:
@@ -451,31 +514,41 @@ def run_study(
     progress: bool | None = None,
     on_step_end=None,
     shard: tuple[int, int] = (0, 1),
+    methods: list[str] | None = None,
 ) -> dict:
     """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
 
     ``shard=(i, n)`` runs only runs ``i, i+n, ...`` (several processes can share a study);
-    the summary covers every finished run. ``on_step_end(trainer, row)`` is passed to each
+    the summary covers every finished run. ``methods`` restricts this invocation to those
+    methods' runs (a declared priority order: primary comparisons first); the shard index
+    counts within them. ``on_step_end(trainer, row)`` is passed to each
     run's trainer (tests interrupt through it).
     """
     study = load_study(path)
     out = os.path.join(results_root, study["name"])
     runs = expand_runs(study, results_root)
+    unknown = sorted(set(methods or []) - set(study["methods"]))
+    if unknown:
+        raise ValueError(f"--methods: {unknown[0]!r} is not a method of study {study['name']!r}; it has {list(study['methods'])}")
+    todo = [r for r in runs if methods is None or r["method"] in methods]
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     with open(os.path.join(out, ".gitignore"), "w") as f:
         f.write(GITIGNORE)
     declared = os.path.join(out, "study.json")
     if os.path.isfile(declared):
         with open(declared) as f:
-            if json.load(f) != study:
-                raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
+            saved = json.load(f)
+        if "analysis" not in saved:  # a study run without a plan may gain a post hoc one
+            saved = {**saved, **({"analysis": study["analysis"]} if "analysis" in study else {})}
+        if saved != study:
+            raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
     _write_json(declared, study)
     env = {"started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **_environment()}
     t0 = time.perf_counter()
     actions: dict[str, str] = {}
     status = "crashed"  # until the loop ends normally; recorded either way
     try:
-        status = _run_all(runs, out, study, actions, shard, log, progress, on_step_end)
+        status = _run_all(todo, out, study, actions, shard, log, progress, on_step_end)
     finally:
         env["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         env["wall_s"] = time.perf_counter() - t0
@@ -567,6 +640,7 @@ def main_study(argv: list[str] | None = None) -> int:
     parser.add_argument("study", help="study file, e.g. experiments/main_comparison.json")
     parser.add_argument("--results-root", default="results")
     parser.add_argument("--shard", default="0/1", help="I/N: run only every N-th run starting at I (parallel processes)")
+    parser.add_argument("--methods", default=None, help="comma-separated: run only these methods' runs (e.g. primary first)")
     parser.add_argument("--list", action="store_true", help="list the runs and their status; run nothing")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -592,6 +666,7 @@ def main_study(argv: list[str] | None = None) -> int:
             log=lambda msg: print(msg, file=sys.stderr, flush=True),
             progress=False if args.no_progress else None,
             shard=(int(m[1]), int(m[2])),
+            methods=args.methods.split(",") if args.methods else None,
         )
     except ValueError as exc:
         if os.environ.get("SAPO_LAB_DEBUG"):
