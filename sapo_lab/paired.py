@@ -279,7 +279,7 @@ def compare(pairs: dict, method: str = "method", reference: str = "reference", a
 
 # Fields of a metrics row that measure the machine, not the run: two runs of the same
 # trajectory differ in them and nowhere else.
-TIMING_FIELDS = frozenset({"elapsed_s", "step_s", "diagnostics_s", "non_model_frac"})
+TIMING_FIELDS = frozenset({"elapsed_s", "step_s", "diagnostics_s", "dev_eval_s", "non_model_frac"})
 
 
 def trajectory_key(run_dir: str | Path) -> str:

@@ -339,8 +339,9 @@ def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
         num_samples=num_samples,
         temperature=temperature,
         max_completion_length=cfg.rollout.max_completion_length,
-        # the trainer's final-eval seed: at the final step this reproduces summary.json's final_pass1
-        # exactly, and every selected checkpoint is scored with the same random numbers
+        # the trainer's final-eval seed: every selected checkpoint is scored with the same random
+        # numbers, and at the final step with num_samples equal to evaluation.num_samples this
+        # reproduces summary.json's final_pass1 exactly (with fewer samples it is another protocol)
         seed=cfg.seed * 7919 + 1,
     )
     choice["eval"] = breakdown(records, task_weights(task), pass_k=sorted({1, num_samples}))

@@ -1,0 +1,146 @@
+"""Reading studies as paired evidence: the declared primary tests and the cross-study table.
+
+:mod:`sapo_lab.paired` holds the statistics; this module finds the pairs. Two runs form a
+pair when their resolved configs agree in everything but the ``loss`` section (so the seed,
+the cold start, the data order, the task, the budget and the evaluation protocol are the
+same) and one is the method, the other the reference. A study's ``analysis`` block
+(:mod:`sapo_lab.study`) names its primary tests; :func:`primary_results` computes them in
+the declared order, Holm-adjusting declared families. :func:`matched_pairs` pools pairs
+across studies and keeps each trajectory once (studies that declare the same config and
+seed reproduce the same run bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paired import compare, distinct, holm, trajectory_key
+from .study_results import Run, Study
+
+
+def run_config(run: Run) -> dict:
+    """The run's resolved ``config.json``."""
+    with open(Path(run.path) / "config.json") as f:
+        return json.load(f)
+
+
+def pairing_key(config: dict) -> str:
+    """Everything that must agree for two runs to be a pair: the config without its loss section and cache path."""
+    rest = {k: v for k, v in config.items() if k != "loss"}
+    rest["cold_start"] = {k: v for k, v in rest.get("cold_start", {}).items() if k != "cache_dir"}
+    return json.dumps(rest, sort_keys=True)
+
+
+def endpoint_value(run: Run, metric: str) -> float:
+    """``metric`` of a run: a ``study_record.json`` field, or a selection's eval (``best_dev_eval_pass1``...)."""
+    if metric in run.record and run.record[metric] is not None:
+        return float(run.record[metric])
+    for sel in run.record.get("selections", []):
+        for field in ("eval_pass1", "dev_pass1", "step"):
+            if metric == f"{sel['by']}_{field}":
+                value = sel.get("eval", {}).get("weighted", {}).get("pass1") if field == "eval_pass1" else sel.get(field)
+                if value is not None:
+                    return float(value)
+    raise KeyError(f"run {run.run_id} has no value for {metric!r}")
+
+
+@dataclass
+class Pair:
+    """A method run and a reference run with the same seed and config apart from the loss."""
+
+    study: str
+    cell: dict
+    seed: int
+    method: Run
+    reference: Run
+
+    def difference(self, metric: str) -> float:
+        return endpoint_value(self.method, metric) - endpoint_value(self.reference, metric)
+
+    def fingerprint(self) -> tuple[str, str]:
+        return trajectory_key(self.method.path), trajectory_key(self.reference.path)
+
+
+def pairs_in_study(study: Study, method: str, reference: str, cell: dict | None = None) -> list[Pair]:
+    """Pairs of ``method`` and ``reference`` in one study, at the grid ``cell`` (leaf names; {} = every cell)."""
+    out = []
+    for run in study.select(method, **(cell or {})):
+        key = pairing_key(run_config(run))
+        for ref in study.select(reference, **(cell or {})):
+            if ref.seed == run.seed and ref.grid == run.grid and pairing_key(run_config(ref)) == key:
+                out.append(Pair(study.name, dict(run.grid), run.seed, run, ref))
+    return out
+
+
+def primary_results(study: Study) -> list[dict]:
+    """The study's declared primary tests and tuning arms, in declaration order, each with its paired statistics."""
+    plan = study.declaration.get("analysis")
+    if plan is None:
+        raise ValueError(f"study {study.name} declares no analysis block")
+    metric, alpha = plan["endpoint"]["metric"], plan["alpha"]
+    results = []
+    for test in plan["tests"]:
+        pairs = pairs_in_study(study, test["method"], test["reference"], test.get("cell"))
+        cmp = compare({p.seed: (endpoint_value(p.method, metric), endpoint_value(p.reference, metric)) for p in pairs},
+                      test["method"], test["reference"], alpha)
+        results.append({**test, "comparison": cmp, "p": cmp.t_p})
+    for arm in plan.get("tuning", []):
+        chosen = {}
+        for name, methods in arm["arms"].items():
+            means = {}
+            for m in methods:
+                runs = study.select(m)
+                if runs:
+                    means[m] = sum(endpoint_value(r, arm["tune_on"]) for r in runs) / len(runs)
+            chosen[name] = max(means, key=means.get) if len(means) == len(methods) else None
+        first, second = list(arm["arms"])
+        entry = {**arm, "chosen": chosen, "comparison": None, "p": None}
+        if None not in chosen.values():
+            pairs = pairs_in_study(study, chosen[first], chosen[second])
+            cmp = compare({p.seed: (endpoint_value(p.method, metric), endpoint_value(p.reference, metric)) for p in pairs},
+                          chosen[first], chosen[second], alpha)
+            entry.update(comparison=cmp, p=cmp.t_p)
+        results.append(entry)
+    families: dict[str, dict] = {}
+    for r in results:
+        if r.get("family") and r["p"] is not None:
+            families.setdefault(r["family"], {})[r["id"]] = r["p"]
+    for ps in families.values():
+        for rid, adj in holm(ps, alpha).items():
+            for r in results:
+                if r["id"] == rid:
+                    r["p_adjusted"], r["reject"] = adj["p_adjusted"], adj["reject"]
+    for r in results:
+        if r["p"] is not None and "reject" not in r:
+            r["p_adjusted"], r["reject"] = r["p"], r["p"] < alpha
+    return results
+
+
+def matched_pairs(studies: list[Study], is_method, is_reference, where=None) -> tuple[list[Pair], list[tuple]]:
+    """Pairs across ``studies`` (runs matched by :func:`pairing_key`), each trajectory pair once.
+
+    ``is_method(config)`` / ``is_reference(config)`` pick the two sides from a run's resolved
+    config (e.g. ``loss.loss_type == "sapo"`` with the default temperatures); ``where(config)``
+    keeps only some cells (e.g. stale minibatches). Returns the distinct pairs and the
+    ``(kept, dropped)`` duplicates.
+    """
+    sides: dict[str, dict[str, list]] = {}
+    for study in studies:
+        for run in study.runs:
+            cfg = run_config(run)
+            if where is not None and not where(cfg):
+                continue
+            side = "method" if is_method(cfg) else "reference" if is_reference(cfg) else None
+            if side:
+                sides.setdefault(pairing_key(cfg), {"method": [], "reference": []})[side].append((study, run))
+    # within a bucket the seed, task, budget and evaluation agree, so every method run pairs with
+    # every reference run; copies of one trajectory in several studies then collapse to one pair
+    pairs = [
+        Pair(study.name if study.name == ref_study.name else f"{study.name}+{ref_study.name}", dict(run.grid), run.seed, run, ref)
+        for bucket in sides.values()
+        for study, run in bucket["method"]
+        for ref_study, ref in bucket["reference"]
+    ]
+    return distinct(pairs, Pair.fingerprint)
