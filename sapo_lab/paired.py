@@ -68,6 +68,9 @@ def _betainc(a: float, b: float, x: float) -> float:
 
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    y = t * t / (df + t * t)
+    if y < 0.5:  # near 0, P(|T| < |t|) directly: df / (df + t^2) would round to 1 and flatten the cdf
+        return 0.5 + 0.5 * math.copysign(_betainc(0.5, df / 2.0, y), t)
     tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
     return 1.0 - tail if t >= 0 else tail
 
