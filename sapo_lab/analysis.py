@@ -13,10 +13,11 @@ seed reproduce the same run bit for bit).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paired import compare, distinct, holm, trajectory_key
+from .paired import _noncentral_t_sf, compare, distinct, holm, t_quantile, trajectory_key
 from .study_results import Run, Study
 
 
@@ -144,3 +145,54 @@ def matched_pairs(studies: list[Study], is_method, is_reference, where=None) -> 
         for ref_study, ref in bucket["reference"]
     ]
     return distinct(pairs, Pair.fingerprint)
+
+
+# ---------------------------------------------------------------- sample sizes: unpaired against paired
+
+
+def pooled_sd(groups) -> tuple[float, int]:
+    """Pooled within-group standard deviation of ``groups`` (lists of values) and its degrees of freedom.
+
+    Each group contributes its squared deviations from its own mean and ``len - 1`` degrees of
+    freedom, so a shift shared by a whole group (a cell of the grid, a seed) does not count.
+    """
+    squares, df = 0.0, 0
+    for group in groups:
+        values = [float(v) for v in group]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"pooled_sd needs finite values, got {values}")
+        if len(values) > 1:
+            mean = sum(values) / len(values)
+            squares += sum((v - mean) ** 2 for v in values)
+            df += len(values) - 1
+    if df == 0:
+        raise ValueError("a pooled SD needs at least one group of 2 or more values")
+    return math.sqrt(squares / df), df
+
+
+def two_sample_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided unpaired (equal-variance) t-test with ``n`` runs per method."""
+    if n < 2:
+        raise ValueError("power needs at least 2 runs per method")
+    if not sd > 0:
+        raise ValueError(f"the SD of one method's runs must be > 0, got {sd}")
+    df = 2 * n - 2
+    c = t_quantile(1.0 - alpha / 2.0, df)
+    ncp = abs(effect) / (sd * math.sqrt(2.0 / n))
+    return _noncentral_t_sf(c, df, ncp) + _noncentral_t_sf(c, df, -ncp)
+
+
+def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_runs: int = 10000) -> int:
+    """The fewest runs per method whose unpaired two-sided t-test reaches ``power`` against ``effect``.
+
+    The counterpart of :func:`sapo_lab.paired.paired_sample_size` for independent runs: ``sd`` is
+    the spread of one method's runs over seeds, which keeps whatever the seeds share.
+    """
+    if effect == 0:
+        raise ValueError("the effect to detect must be nonzero")
+    if not 0 < power < 1:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    for n in range(2, max_runs + 1):
+        if two_sample_t_power(n, effect, sd, alpha) >= power:
+            return n
+    raise ValueError(f"more than {max_runs} runs per method needed")
