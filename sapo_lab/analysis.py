@@ -76,33 +76,46 @@ def pairs_in_study(study: Study, method: str, reference: str, cell: dict | None 
 
 
 def primary_results(study: Study) -> list[dict]:
-    """The study's declared primary tests and tuning arms, in declaration order, each with its paired statistics."""
+    """The study's declared primary tests and tuning arms, in declaration order, each with its paired statistics.
+
+    Each entry is the declared test plus ``status`` ("complete", or "pending: ..." while any
+    declared seed is unfinished; a pending test has no statistics), ``comparison``
+    (:class:`~sapo_lab.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
+    complete, ``p_adjusted`` and ``reject`` (Holm within a declared family, else raw).
+    """
     plan = study.declaration.get("analysis")
     if plan is None:
         raise ValueError(f"study {study.name} declares no analysis block")
     metric, alpha = plan["endpoint"]["metric"], plan["alpha"]
+    declared = len(study.declaration["seeds"])
+
+    def paired(method, reference, cell=None):
+        pairs = pairs_in_study(study, method, reference, cell)
+        if len(pairs) < declared:  # no test on part of the data: that would be peeking
+            return None, f"pending: {len(pairs)} of {declared} pairs finished"
+        values = {p.seed: (endpoint_value(p.method, metric), endpoint_value(p.reference, metric)) for p in pairs}
+        return compare(values, method, reference, alpha), "complete"
+
     results = []
     for test in plan["tests"]:
-        pairs = pairs_in_study(study, test["method"], test["reference"], test.get("cell"))
-        cmp = compare({p.seed: (endpoint_value(p.method, metric), endpoint_value(p.reference, metric)) for p in pairs},
-                      test["method"], test["reference"], alpha)
-        results.append({**test, "comparison": cmp, "p": cmp.t_p})
+        cmp, status = paired(test["method"], test["reference"], test.get("cell"))
+        results.append({**test, "status": status, "comparison": cmp, "p": cmp.t_p if cmp else None})
     for arm in plan.get("tuning", []):
-        chosen = {}
+        chosen, missing = {}, 0
         for name, methods in arm["arms"].items():
             means = {}
             for m in methods:
                 runs = study.select(m)
+                missing += declared - len(runs)
                 if runs:
                     means[m] = sum(endpoint_value(r, arm["tune_on"]) for r in runs) / len(runs)
-            chosen[name] = max(means, key=means.get) if len(means) == len(methods) else None
+            chosen[name] = max(means, key=means.get) if means else None
         first, second = list(arm["arms"])
-        entry = {**arm, "chosen": chosen, "comparison": None, "p": None}
-        if None not in chosen.values():
-            pairs = pairs_in_study(study, chosen[first], chosen[second])
-            cmp = compare({p.seed: (endpoint_value(p.method, metric), endpoint_value(p.reference, metric)) for p in pairs},
-                          chosen[first], chosen[second], alpha)
-            entry.update(comparison=cmp, p=cmp.t_p)
+        entry = {**arm, "chosen": chosen, "status": f"pending: {missing} runs of the arms unfinished",
+                 "comparison": None, "p": None}
+        if missing == 0:
+            cmp, status = paired(chosen[first], chosen[second])
+            entry.update(status=status, comparison=cmp, p=cmp.t_p if cmp else None)
         results.append(entry)
     families: dict[str, dict] = {}
     for r in results:

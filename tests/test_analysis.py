@@ -117,6 +117,16 @@ def test_primary_results_pairs_by_seed_tunes_on_dev_and_adjusts_families(tmp_pat
     assert max(res["Q3a"]["p_adjusted"], res["Q3b"]["p_adjusted"]) == pytest.approx(max(2 * fam[0], fam[1]))
 
 
+def test_primary_results_wait_for_every_declared_seed(tmp_path):
+    # a test computed on the first finished seeds would let a reader stop when the answer looks good
+    values = {m: {0: (0.5, 0.5), 1: (0.4, 0.5)} for m in METHODS}
+    values["sapo"][2] = (0.3, 0.5)
+    _fake_study(tmp_path, "s", values)
+    res = {r["id"]: r for r in primary_results(read_study("s", tmp_path))}
+    assert res["Q1"]["status"] == "pending: 2 of 3 pairs finished" and res["Q1"]["comparison"] is None
+    assert res["Q4"]["status"].startswith("pending: 3 runs") and res["Q4"]["p"] is None
+
+
 def test_matched_pairs_count_a_shared_trajectory_once(tmp_path):
     # the same runs copied into a second study (same configs, same metrics) are one pair, not two;
     # a run whose config differs outside the loss section (another M) pairs with nothing
