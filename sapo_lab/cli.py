@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--loss-types", default="sapo,grpo,gspo")
             sp.add_argument("--seeds", default="0,1,2")
     add_export_trl_parser(sub)  # hook: export-trl
+    sub.add_parser("conformance", help="audit a SAPO loss: conformance MODULE:FUNCTION (see its --help)")
     return p
 
 
@@ -268,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         from .study import main_study
 
         return main_study(argv[1:])
+    if argv[:1] == ["conformance"]:  # audit a user's SAPO loss: sapo_lab/conformance/cli.py has its own parser
+        from .conformance.cli import main_conformance
+
+        return main_conformance(argv[1:])
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar

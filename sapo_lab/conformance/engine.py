@@ -1,0 +1,113 @@
+"""``audit(loss_fn, ...)``: run every check on one SAPO loss and return its report card."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import platform
+
+import torch
+
+from .card import ReportCard
+from .context import (
+    AGGREGATION,
+    EMPTY_BATCH,
+    EMPTY_RESPONSE,
+    EXTREME,
+    FINITE_DIFFERENCES,
+    GATE_SHAPE,
+    GRADIENT,
+    LEVEL,
+    OLD_LOGP,
+    ON_POLICY,
+    PADDING,
+    ROW_ORDER,
+    TEMPERATURE_NEG,
+    TEMPERATURE_POS,
+    TEMPERATURE_ZERO,
+    VALUE_AT_ONE,
+    ZERO_ADVANTAGE,
+    Context,
+)
+from .extreme import extreme_row
+from .gradient import closed_form_rows, on_policy_rows, shape_rows
+from .probes import DTYPES, TOLERANCES, call, make_batch
+from .structure import aggregation_row, empty_rows, level_row, zero_advantage_row
+
+LEVELS = ("token", "sequence")
+ADAPTER_ARGS = "(logp, old_logp, advantages, mask)"
+
+
+class AdapterError(ValueError):
+    """The callable cannot be audited at all: wrong signature, or it does not return a scalar tensor."""
+
+
+def _callable_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def check_adapter(loss_fn, dtype=torch.float64, device=None) -> None:
+    """Raise AdapterError unless ``loss_fn(logp, old_logp, advantages, mask)`` can be called and returns a scalar.
+
+    Any other exception on this first call is left to the rows, which report it.
+    """
+    name = _callable_name(loss_fn)
+    if not callable(loss_fn):
+        raise AdapterError(f"{name} is not callable (a {type(loss_fn).__name__})")
+    try:
+        sig = inspect.signature(loss_fn)
+    except (TypeError, ValueError):
+        sig = None  # some builtins have no signature: the first call decides
+    if sig is not None:
+        try:
+            sig.bind(None, None, None, None)
+        except TypeError:
+            raise AdapterError(f"{name} must accept {ADAPTER_ARGS}; its signature is {sig}") from None
+    m = call(loss_fn, make_batch([[0.25, -0.5], [0.5]], [1.0, -1.0], 2), dtype, device)
+    if m.error and m.error.startswith("TypeError"):
+        raise AdapterError(f"calling {name}{ADAPTER_ARGS} raised {m.error}")
+    if m.error and m.error.startswith("returned"):
+        raise AdapterError(f"{name} {m.error}")
+
+
+def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.05, dtype=torch.float64, *,
+          level: str = "token", device=None, meta: dict | None = None) -> ReportCard:
+    """Audit ``loss_fn(logp, old_logp, advantages, mask) -> scalar`` against SAPO as the paper defines it.
+
+    ``logp``/``old_logp``: (B, T) per-token log-probs (``logp`` requires grad); ``advantages``:
+    (B,), one per response; ``mask``: (B, T) bool. ``tau_pos``/``tau_neg``: the temperatures the
+    loss was configured with. ``dtype``: the precision of the probes (a torch dtype or its
+    name; tolerances follow it). ``level``: "token" (the paper) or "sequence" when auditing a
+    sequence-level variant. ``device``: where the probe tensors live. ``meta``: stored on the
+    card as given (framework version, settings). Raises AdapterError when the callable cannot
+    be called that way; every other failure becomes a row with verdict "error".
+    """
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        dtype = DTYPES[dtype]
+    if dtype not in TOLERANCES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype}")
+    for label, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
+        if not (isinstance(tau, int | float) and math.isfinite(tau) and tau > 0):
+            raise ValueError(f"{label} must be a finite number > 0, got {tau!r}")
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    check_adapter(loss_fn, dtype, device)
+
+    ctx = Context(loss_fn, float(tau_pos), float(tau_neg), dtype, device, level)
+    rows = {AGGREGATION: aggregation_row(ctx)}  # first: later checks use its weights
+    rows[ON_POLICY], rows[VALUE_AT_ONE] = on_policy_rows(ctx)  # then the measured on-policy factors
+    rows[GATE_SHAPE], rows[TEMPERATURE_POS], rows[TEMPERATURE_NEG], rows[TEMPERATURE_ZERO] = shape_rows(ctx)
+    rows[GRADIENT], rows[FINITE_DIFFERENCES], rows[PADDING], rows[OLD_LOGP] = closed_form_rows(ctx)
+    rows[LEVEL] = level_row(ctx)
+    rows[EXTREME] = extreme_row(ctx)
+    rows[ZERO_ADVANTAGE] = zero_advantage_row(ctx)
+    rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
+
+    from .. import __version__
+
+    versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    dtype_name = next(k for k, v in DTYPES.items() if v == dtype)
+    return ReportCard(name, float(tau_pos), float(tau_neg), dtype_name, level, [rows[p] for p in ROW_ORDER],
+                      versions, dict(meta or {}))

@@ -1,0 +1,113 @@
+"""Extreme log ratios: finite value and gradient, NaN, or a silent clamp (and where it starts).
+
+Each point is a batch of two single-token responses with the same advantage: one at log r
+= z, one on-policy. The on-policy token is the reference, so the ratio of their gradients
+is c(e^z) / c(1) = c(e^z) under any aggregation and any constant factor.
+
+What counts as a difference from the paper's c(e^z) = e^z sech^2(tau (e^z - 1) / 2):
+for r < 1 the product e^z * sech^2 has no cancellation, so a plain implementation matches
+it to relative precision even at log r = -100; for r > 1 the gate is 1 - sigmoid(u), which
+any sigmoid-based implementation resolves only to an absolute share of the on-policy
+gradient (``Tolerances.negligible``). A gradient that is exactly 0 where the paper's is
+resolvable is a clamp or a skip; one frozen at its value at the threshold is a clamp that
+keeps the gradient; NaN, inf and exceptions are reported as such.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .card import Row
+from .context import EXTREME, Context, error_row
+from .probes import make_batch, update_coefficient
+
+GRID = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+REPORTED = (20.0, 50.0, 100.0)
+BISECTION_STEPS = 40
+
+KIND_TEXT = {
+    "zero": "gradient exactly 0 (a clamp, or the token skipped)",
+    "frozen": "gradient frozen at its threshold value (a clamp that keeps the gradient)",
+    "nonfinite": "NaN or inf in the value or gradient",
+    "deviates": "gradient differs from the paper's",
+}
+
+
+def _measure(ctx: Context, z: float, sign: float):
+    """(state, ratio of gradients, error message) at log r = z for advantage ``sign``."""
+    m = ctx.call(make_batch([[z], [0.0]], [sign, sign]))
+    if m.error:
+        return "error", math.nan, m.error
+    x, ref = float(m.grad[0, 0]), float(m.grad[1, 0])
+    if not (math.isfinite(m.value) and math.isfinite(x) and math.isfinite(ref)):
+        return "nonfinite", math.nan, None
+    if ref == 0:  # no reference: other rows report the missing on-policy gradient
+        return "ok", math.nan, None
+    rho = x / ref
+    tau = ctx.tau(sign)
+    z_held = float(m.log_ratio[0, 0])
+    paper = float(update_coefficient(torch.tensor(math.exp(min(z_held, 700.0)), dtype=torch.float64), tau))
+    if z_held < 0:  # no cancellation: relative precision, down to the dtype's smallest normal number
+        atol = torch.finfo(ctx.dtype).tiny / abs(ref)
+    else:
+        atol = ctx.tol.negligible
+    resolvable = abs(paper) > atol
+    if rho == 0.0 and resolvable:
+        return "zero", rho, None
+    rtol = ctx.tol.extreme if z_held < 0 else ctx.tol.grad
+    if ctx.shape_ok and abs(rho - paper) > rtol * abs(paper) + atol:
+        return "deviates", rho, None
+    return "ok", rho, None
+
+
+def _threshold(ctx: Context, sign: float, good: float, bad: float) -> tuple[float, float]:
+    """Bisect to the boundary; returns it and the gradient ratio just past it."""
+    rho_bad = math.nan
+    for _ in range(BISECTION_STEPS):
+        if abs(bad - good) <= 1e-6 * max(1.0, abs(good)):
+            break
+        mid = (good + bad) / 2
+        state, rho, _ = _measure(ctx, mid, sign)
+        if state == "ok":
+            good = mid
+        else:
+            bad, rho_bad = mid, rho
+    return (good + bad) / 2, rho_bad
+
+
+def extreme_row(ctx: Context) -> Row:
+    expected = f"finite, equal to the closed form at every |log r| <= {GRID[-1]:g} (no clamp)"
+    findings, values, points = [], {}, {}
+    for sign in (1.0, -1.0):
+        label = "A > 0" if sign > 0 else "A < 0"
+        values[label] = {}
+        for side in (1.0, -1.0):
+            states = [(side * g, *_measure(ctx, side * g, sign)) for g in GRID]
+            for z, state, _, _ in states:
+                if abs(z) in REPORTED:
+                    points[f"{label}, log r = {z:+g}"] = state
+            if states[0][1] == "error":
+                return error_row(EXTREME, expected, f"at log r = {states[0][0]:+g}: {states[0][3]}")
+            first_bad = next((i for i, s in enumerate(states) if s[1] != "ok"), None)
+            if first_bad is None:
+                continue
+            z_bad, kind, rho_bad, message = states[first_bad]
+            z_good = states[first_bad - 1][0] if first_bad else 0.0
+            thr, rho_past = _threshold(ctx, sign, z_good, z_bad)
+            if kind == "deviates" and abs(rho_bad - rho_past) <= 10 * ctx.tol.grad * abs(rho_past):
+                kind = "frozen"  # the same gradient far past the threshold as just past it
+            text = f"raises ({message})" if kind == "error" else KIND_TEXT[kind]
+            where = "above" if side > 0 else "below"
+            findings.append(f"{label}: {text} {where} log r = {thr:+.4f} (r = {math.exp(thr):.4g})")
+            values[label]["upper" if side > 0 else "lower"] = {"threshold": thr, "kind": kind}
+    values["points"] = points
+    if not findings:
+        return Row(EXTREME, expected, "finite and equal to the closed form at log r = +-20, +-50, +-100, both signs",
+                   "pass", f"grid {list(GRID)} on both sides of r = 1", values)
+    at = ", ".join(f"{k}: {v}" for k, v in points.items() if v != "ok")
+    return Row(EXTREME, expected, "; ".join(findings), "differs",
+               f"thresholds by bisection to 1e-6; states at +-20, +-50, +-100: {at or 'all ok'}"
+               + ("" if ctx.shape_ok else "; the gate's shape differs, so only NaN, errors and exact zeros are judged"),
+               values)

@@ -1,0 +1,268 @@
+"""Rows about the per-token gradient: closed form, finite differences, r = 1, gate shape, temperatures."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .aggregation import FAMILIES
+from .card import Row
+from .context import (
+    FINITE_DIFFERENCES,
+    GATE_SHAPE,
+    GRADIENT,
+    OLD_LOGP,
+    ON_POLICY,
+    PADDING,
+    TEMPERATURE_NEG,
+    TEMPERATURE_POS,
+    TEMPERATURE_ZERO,
+    VALUE_AT_ONE,
+    Context,
+    error_row,
+    fmt,
+    verdict,
+)
+from .probes import expected_gradient, finite_differences, make_batch, relative_error, single_tokens, update_coefficient
+
+# Moderate log ratios for the gate's shape; the temperature is fitted only where |r - 1| >= 0.4,
+# because near r = 1 the gate is 1 - tau^2 (r-1)^2 / 4 and says little about tau.
+SHAPE_LOG_RATIOS = (0.0, -1.5, -0.75, -0.25, 0.25, 0.5, 1.0)
+FIT_MIN_DISTANCE = 0.4
+# On-policy advantages: both signs, two magnitudes each, and a net sum that is not 0 even when
+# tau_pos = tau_neg (so that an uncentred value cannot cancel to 0).
+ON_POLICY_ADVANTAGES = (0.5, 2.0, -0.5, -1.0)
+# The closed-form probe: unequal lengths, both signs, tokens on both sides of r = 1, padding.
+CLOSED_FORM_LOG_RATIOS = ([-0.5, 0.25, 1.0], [0.75], [-1.5, -0.25, 0.5, 0.125], [0.375, -0.75])
+CLOSED_FORM_ADVANTAGES = (1.5, -0.5, 0.5, -1.0)
+
+
+def _weights_note(ctx: Context) -> str:
+    return f"aggregation weights alpha: {FAMILIES[ctx.family][0]}{ctx.family_note}"
+
+
+def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
+    """At r = 1, d loss / d log p = -A alpha for every tau: the factor the loss applies there, and its value."""
+    expected = "factor 1 for A > 0 and A < 0 (gradient -A * alpha)"
+    batch = make_batch([[0.0]] * len(ON_POLICY_ADVANTAGES), list(ON_POLICY_ADVANTAGES))
+    m = ctx.call(batch)
+    value_expected = "0 if centred, -sum alpha A 2/tau if not (both valid)"
+    if m.error:
+        return error_row(ON_POLICY, expected, m.error), error_row(VALUE_AT_ONE, value_expected, m.error)
+    alpha = ctx.weights(batch.mask)[:, 0]
+    adv = batch.adv
+    factors = (m.grad[:, 0] / (-adv * alpha)).tolist()
+    pos = [f for f, a in zip(factors, adv.tolist(), strict=True) if a > 0]
+    neg = [f for f, a in zip(factors, adv.tolist(), strict=True) if a < 0]
+    ctx.k_pos, ctx.k_neg = sum(pos) / len(pos), sum(neg) / len(neg)
+    tol = ctx.tol.grad
+    ok = all(math.isfinite(f) and abs(f - 1.0) <= tol for f in factors)
+    measured = f"factor {fmt(ctx.k_pos)} (A > 0), {fmt(ctx.k_neg)} (A < 0)"
+    notes = []
+    for label, fs in (("A > 0", pos), ("A < 0", neg)):
+        if max(fs) - min(fs) > tol * max(1.0, max(abs(f) for f in fs)):
+            notes.append(f"the factor depends on |A| for {label}: {[fmt(f) for f in fs]} at |A| = "
+                         f"{[abs(a) for a in adv.tolist() if (a > 0) == (label == 'A > 0')]}")
+
+    def near(x, y):
+        return abs(x - y) <= tol * max(1.0, abs(y))
+
+    if not ok:
+        if near(ctx.k_pos, ctx.tau_pos / 4) and near(ctx.k_neg, ctx.tau_neg / 4):
+            notes.append(f"equals tau/4 ({fmt(ctx.tau_pos / 4)}, {fmt(ctx.tau_neg / 4)}): the 4/tau factor is missing, "
+                         "so the effective learning rate shrinks by tau/4 and differs between the signs")
+        elif near(ctx.k_pos, 0.25) and near(ctx.k_neg, 0.25):
+            notes.append("equals 1/4: the sigmoid lacks the factor 4 (or the loss is divided by a constant 4)")
+        elif near(ctx.k_pos, -1.0) and near(ctx.k_neg, -1.0):
+            notes.append("equals -1: the advantage's sign is flipped (an objective returned where a loss is expected)")
+        elif near(ctx.k_pos, 1.0) and near(ctx.k_neg, -1.0):
+            notes.append("A < 0 gives -1: the loss uses |A|")
+        elif near(ctx.k_pos, ctx.k_neg):
+            notes.append("the same factor for both signs: a constant scale (a normaliser, or a learning-rate change)")
+        notes.append(f"ratio of the factors A<0 / A>0: {fmt(ctx.k_neg / ctx.k_pos) if ctx.k_pos else 'undefined'}")
+    on_policy = Row(ON_POLICY, expected, measured, verdict(ok), "; ".join([*notes, _weights_note(ctx)]),
+                    {"factor_pos": ctx.k_pos, "factor_neg": ctx.k_neg, "factors": factors, "advantages": adv.tolist()})
+    return on_policy, _value_row(ctx, m.value, batch, alpha, torch.tensor(factors, dtype=torch.float64))
+
+
+def _value_row(ctx: Context, value: float, batch, alpha, factors) -> Row:
+    taus = torch.tensor([ctx.tau(a) for a in batch.adv.tolist()], dtype=torch.float64)
+    scale = float((alpha * batch.adv.abs() * 2.0 / taus).sum())
+    uncentred = float(-(alpha * batch.adv * factors * 2.0 / taus).sum())
+    tol = max(ctx.tol.grad, 1e-12)
+    expected = "either: centred (0) or uncentred (-sum alpha A f(1), f(1) = 2/tau)"
+    if not math.isfinite(value):
+        return Row(VALUE_AT_ONE, expected, f"non-finite value {value}", "differs")
+    if abs(value) <= tol * scale:
+        measured, kind = "centred: 0", "centred"
+    elif abs(value - uncentred) <= tol * scale:
+        measured, kind = f"uncentred: {fmt(value)} = -sum alpha A f(1) with f(1) = 2/tau", "uncentred"
+    else:
+        measured, kind = f"offset {fmt(value)} (neither 0 nor the uncentred {fmt(uncentred)})", "offset"
+    return Row(VALUE_AT_ONE, expected, measured, "info",
+               "a constant offset does not change the gradient; the uncentred form's value depends on tau",
+               {"value": value, "uncentred_prediction": uncentred, "kind": kind})
+
+
+def _fit_tau(ratio: float, w: float) -> float:
+    """Solve sech^2(tau (r - 1) / 2) = w for tau > 0 (nan when no tau gives w)."""
+    if not (0.0 < w < 1.0) or ratio == 1.0:
+        return math.nan
+    return 2.0 * math.acosh(1.0 / math.sqrt(w)) / abs(ratio - 1.0)
+
+
+def _combine_fits(fits: list, rel_error: float) -> tuple[float, bool, float]:
+    """One tau from per-ratio fits: (tau, whether every fit agrees with it, its relative bound).
+
+    A fit at u = tau |r - 1| pins tau down to rel_error / s with s = u tanh(u / 2) (how fast
+    ln w moves with ln tau); the fits are weighted by s^2 and must agree within their bounds.
+    """
+    taus = [t for _, t in fits]
+    if not taus or not all(math.isfinite(t) and t > 0 for t in taus):
+        return math.nan, False, math.inf
+    sens = [t * abs(r - 1) * math.tanh(t * abs(r - 1) / 2) for r, t in fits]
+    tau = sum(s * s * t for s, t in zip(sens, taus, strict=True)) / sum(s * s for s in sens)
+    bounds = [rel_error / s for s in sens]
+    best = min(bounds)
+    agree = all(abs(t - tau) <= (b + best) * tau for t, b in zip(taus, bounds, strict=True))
+    return (tau if agree else math.nan), agree, best
+
+
+def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
+    """g(r) / g(1) on single-token responses (no aggregation or level effect) for each sign of A."""
+    shape_expected = "g(r)/g(1) = r sech^2(tau (r-1)/2) with the paper's tau"
+    errors, details, values, temp_rows = {}, [], {}, []
+    failed_shape = False
+    for sign, prop in ((1.0, TEMPERATURE_POS), (-1.0, TEMPERATURE_NEG)):
+        tau = ctx.tau(sign)
+        label = "A > 0" if sign > 0 else "A < 0"
+        t_expected = f"tau = {fmt(tau)} ({'tau_pos' if sign > 0 else 'tau_neg'})"
+        m = ctx.call(single_tokens(list(SHAPE_LOG_RATIOS), sign))
+        if m.error:
+            temp_rows.append(error_row(prop, t_expected, m.error))
+            errors[label] = m.error
+            continue
+        g = m.grad[:, 0]
+        r = torch.exp(m.log_ratio[:, 0])
+        paper = update_coefficient(r, tau) / update_coefficient(r[:1], tau)
+        if float(g[0]) == 0.0 or not bool(torch.isfinite(g).all()):
+            measured = "gradient at r = 1 is 0" if float(g[0]) == 0.0 else "non-finite gradient"
+            temp_rows.append(Row(prop, t_expected, f"not measurable: {measured}", "differs"))
+            errors[label] = measured
+            continue
+        rho = g / g[0]
+        err = relative_error(rho, paper)
+        values[label] = {"ratios": r.tolist(), "measured": rho.tolist(), "paper": paper.tolist(), "max_rel_error": err}
+        if err > 2 * ctx.tol.grad:  # a ratio of two measured gradients: twice the error of one
+            failed_shape = True
+            worst = int((rho - paper).abs().argmax())
+            details.append(f"{label}: max rel. error {err:.3g}, worst at r = {fmt(float(r[worst]))}: "
+                           f"{fmt(float(rho[worst]))} vs {fmt(float(paper[worst]))}")
+        fits = [(float(ri), _fit_tau(float(ri), float(pi) / float(ri))) for ri, pi in zip(r, rho, strict=True)
+                if abs(float(ri) - 1.0) >= FIT_MIN_DISTANCE]
+        fitted, spread_ok, bound = _combine_fits(fits, ctx.tol.tau)
+        if spread_ok:
+            ok = abs(fitted - tau) <= bound * tau
+            measured = f"tau = {fmt(fitted)}" + (f" +- {bound * fitted:.2g}" if bound > 1e-6 else "")
+            detail = "" if ok else _temperature_hint(ctx, sign, fitted, bound)
+            if ok and ctx.tau(-sign) != tau and abs(ctx.tau(-sign) - tau) <= bound * tau:
+                detail = f"in {ctx.dtype} tau_pos and tau_neg are not resolved from each other"
+        else:
+            ok = False
+            measured = "no single tau fits: " + ", ".join(f"{fmt(t)} at r = {fmt(ri)}" for ri, t in fits)
+            detail = ("the gradient is not SAPO's gate r sech^2(tau (r-1)/2) for any one tau "
+                      "(nan: no tau reproduces that ratio)")
+        temp_rows.append(Row(prop, t_expected, measured, verdict(ok), detail,
+                             {"tau": fitted, "fits": [{"ratio": ri, "tau": t} for ri, t in fits]}))
+    ctx.shape_ok = not failed_shape and not errors
+    zero_row = _temperature_zero_row(ctx)
+    if errors and len(errors) == 2:
+        shape = error_row(GATE_SHAPE, shape_expected, "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    else:
+        ok = not failed_shape and not errors
+        measured = "matches" if ok else "differs: " + "; ".join(details + [f"{k}: {v}" for k, v in errors.items()])
+        if ok:
+            measured += f" (max rel. error {max(v['max_rel_error'] for v in values.values()):.2g})"
+        shape = Row(GATE_SHAPE, shape_expected, measured, verdict(ok),
+                    "single-token responses at log r in " + str(list(SHAPE_LOG_RATIOS)), values)
+    return shape, temp_rows[0], temp_rows[1], zero_row
+
+
+def _temperature_hint(ctx: Context, sign: float, fitted: float, bound: float) -> str:
+    other = ctx.tau(-sign)
+    if abs(fitted - other) <= bound * other and other != ctx.tau(sign):
+        return "this is the other sign's temperature (tau_pos and tau_neg swapped, or one tau for both signs)"
+    if abs(fitted * ctx.tau(sign) - 1.0) <= bound:
+        return "this is 1/tau: the temperature divides (r - 1) instead of multiplying it"
+    return ""
+
+
+def _temperature_zero_row(ctx: Context) -> Row:
+    expected = "no effect: A = 0 gives gradient 0 whatever tau (the paper takes tau_neg)"
+    m = ctx.call(single_tokens([0.0, 1.0, -0.75], 0.0))
+    if m.error:
+        return error_row(TEMPERATURE_ZERO, expected, m.error)
+    g = m.grad[:, 0]
+    if bool((g == 0).all()):
+        return Row(TEMPERATURE_ZERO, expected, "not observable: gradient exactly 0", "pass")
+    if float(g[0]) != 0.0 and bool(torch.isfinite(g).all()):
+        r1 = math.exp(float(m.log_ratio[1, 0]))
+        tau = _fit_tau(r1, float(g[1] / g[0]) / r1)
+        return Row(TEMPERATURE_ZERO, expected, f"nonzero gradient (max |g| {float(g.abs().max()):.3g}); "
+                   f"shape fits tau = {fmt(tau)}", "differs", values={"tau": tau})
+    return Row(TEMPERATURE_ZERO, expected, f"nonzero gradient {g.tolist()}", "differs")
+
+
+def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
+    """Autograd and finite differences against -A c(rho) alpha; padding and old_logp get no gradient."""
+    batch = make_batch([list(z) for z in CLOSED_FORM_LOG_RATIOS], list(CLOSED_FORM_ADVANTAGES))
+    exp_grad = "-A r w_tau(r) alpha per token"
+    if ctx.level == "sequence":
+        exp_grad = "-A s w_tau(s) alpha per token, s = the response's geometric-mean ratio"
+    m = ctx.call(batch)
+    rows = []
+    note = _weights_note(ctx) + "; batch of 4 responses of lengths 3, 1, 4, 2, A = 1.5, -0.5, 0.5, -1"
+    if m.error:
+        rows += [error_row(GRADIENT, exp_grad, m.error), error_row(FINITE_DIFFERENCES, exp_grad, m.error),
+                 error_row(PADDING, "gradient exactly 0 on masked tokens", m.error)]
+    else:
+        expected = expected_gradient(m.log_ratio, batch, ctx.weights(batch.mask), ctx.tau_pos, ctx.tau_neg, ctx.level)
+        valid = batch.mask
+        err = relative_error(torch.where(valid, m.grad, torch.zeros_like(m.grad)), expected)
+        rows.append(Row(GRADIENT, exp_grad + f" (rel. error <= {ctx.tol.grad:g})", f"max rel. error {err:.3g}",
+                        verdict(err <= ctx.tol.grad), note, {"max_rel_error": err}))
+        rows.append(_fd_row(ctx, batch, expected, m.grad, exp_grad))
+        pad = m.grad[~valid]
+        pad_ok = bool((pad == 0).all())
+        rows.append(Row(PADDING, "gradient exactly 0 on masked tokens",
+                        "0" if pad_ok else f"max |gradient| {float(pad.abs().max()):.3g} on padding",
+                        verdict(pad_ok), "" if pad_ok else "the mask is not applied to every token's loss",
+                        {"max_abs_padding_gradient": float(pad.abs().max())}))
+    mo = ctx.call(batch, old_grad=True)
+    expected_old = "no gradient reaches old_logp"
+    if mo.error:
+        rows.append(error_row(OLD_LOGP, expected_old, mo.error))
+    else:
+        worst = float(mo.old_grad.abs().max())
+        rows.append(Row(OLD_LOGP, expected_old, "none" if worst == 0 else f"max |d loss / d old_logp| = {worst:.3g}",
+                        verdict(worst == 0), "" if worst == 0 else "old_logp must be detached (review §10)",
+                        {"max_abs_old_gradient": worst}))
+    return tuple(rows)
+
+
+def _fd_row(ctx: Context, batch, expected, autograd, exp_grad) -> Row:
+    tol = ctx.tol
+    if tol.fd is None:
+        return Row(FINITE_DIFFERENCES, exp_grad, f"not measured: a central difference is noise in {ctx.dtype}",
+                   "info", "rerun with dtype=torch.float32 or float64 to check that the value matches the gradient")
+    fd, error = finite_differences(ctx.loss_fn, batch, ctx.dtype, tol.fd_step, ctx.device)
+    if error:
+        return error_row(FINITE_DIFFERENCES, exp_grad, error)
+    err = relative_error(fd, expected)
+    vs_auto = relative_error(fd, autograd)
+    detail = f"step {tol.fd_step:g} in log p; finite differences vs autograd: rel. error {vs_auto:.3g}"
+    if err > tol.fd and vs_auto > tol.fd:
+        detail += " (the value is not a function whose derivative is the applied gradient: a detached weight?)"
+    return Row(FINITE_DIFFERENCES, exp_grad + f" (rel. error <= {tol.fd:g})", f"max rel. error {err:.3g}",
+               verdict(err <= tol.fd), detail, {"max_rel_error": err, "vs_autograd": vs_auto})
