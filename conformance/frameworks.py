@@ -1,0 +1,48 @@
+"""The audited frameworks: the package, its pinned version, its environment and its adapter.
+
+A framework's environment is built from its own requirements file by ``conformance/build_env.sh``.
+The versions here must equal the pins in those files (tests/test_conformance_matrix.py checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Framework:
+    key: str  # adapter module name, raw result file name
+    package: str  # distribution name as pip spells it
+    version: str
+    requirements: str  # repository-relative
+    venv: str  # repository-relative
+    layered: bool = True  # reads torch from conformance/.venv-torch (build_env.sh) instead of its own copy
+
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version}"
+
+
+def _own(key: str, package: str, version: str) -> Framework:
+    return Framework(key, package, version, f"conformance/requirements-{key}.txt", f"conformance/.venv-{key}")
+
+
+FRAMEWORKS = (
+    # TRL's environment is the TRL leg's (tools/ci_trl.sh): built once, used by both.
+    Framework("trl", "trl", "1.16.0", "requirements-trl.txt", "benchmarks/.venv-trl", layered=False),
+    _own("verl", "verl", "0.9.1"),
+    _own("ms_swift4", "ms-swift", "4.6.0"),
+    _own("ms_swift3", "ms-swift", "3.12.2"),
+    _own("areal", "areal", "1.0.4"),
+    _own("skyrl_train", "skyrl-train", "0.3.1"),
+    _own("liger_kernel", "liger-kernel", "0.8.5"),
+    _own("trinity_rft", "trinity-rft", "0.6.0"),
+)
+
+BY_KEY = {f.key: f for f in FRAMEWORKS}
+
+
+def framework(key: str) -> Framework:
+    if key not in BY_KEY:
+        raise ValueError(f"unknown framework {key!r}; known: {', '.join(BY_KEY)}")
+    return BY_KEY[key]

@@ -1,0 +1,135 @@
+"""Audit one framework's own SAPO loss inside its environment and write its raw result as JSON.
+
+Usage (from the repository root, with the framework's interpreter):
+    conformance/.venv-verl/bin/python -m conformance.run verl --out results/conformance/raw
+
+Every setting of the adapter is audited with ``sapo_lab.conformance.audit`` in float64. A framework whose
+function does not import gets one line, its import error, and its settings stay listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from conformance.adapters import TAU_NEG, TAU_POS
+from conformance.frameworks import framework
+
+ROOT = Path(__file__).resolve().parent.parent
+DTYPE = "float64"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def pinned_packages(requirements: Path) -> list[str]:
+    """Distribution names pinned with == in a requirements file (comments and options skipped)."""
+    names = []
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==", line)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def installed_versions(names: list[str]) -> dict:
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def env_build(venv: Path) -> dict:
+    """What build_env.sh measured when it built this environment (absent for one built otherwise)."""
+    path = venv / ".build.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def audit_settings(adapter, fw, function, import_error: str | None) -> list[dict]:
+    from sapo_lab.conformance import audit
+
+    results = []
+    for s in adapter.SETTINGS:
+        entry = {"setting": s.name, "options": s.options, "note": s.note, "level": s.level}
+        if import_error is not None:
+            entry["status"] = "import error"
+        elif s.options is None:
+            entry["status"] = "no such setting"
+        else:
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # frameworks' own deprecation chatter is not a finding
+                card = audit(adapter.make_loss(function, s.options), name=f"{fw.label} ({s.name})",
+                             tau_pos=TAU_POS, tau_neg=TAU_NEG, dtype=DTYPE, level=s.level,
+                             meta={"framework": fw.key, "setting": s.name})
+            entry["status"] = "audited"
+            entry["audit_seconds"] = round(time.perf_counter() - start, 3)
+            entry["card"] = card.to_dict()
+        results.append(entry)
+    return results
+
+
+def run(key: str) -> dict:
+    fw = framework(key)
+    adapter = importlib.import_module(f"conformance.adapters.{key}")
+    import_error = None
+    function = None
+    start = time.perf_counter()
+    try:
+        function = adapter.load()
+    except Exception as exc:  # any failure to import is the finding for this framework
+        import_error = first_line(exc)
+    import_seconds = round(time.perf_counter() - start, 3)
+    return {
+        "framework": fw.key,
+        "package": fw.package,
+        "version": fw.version,
+        "function": adapter.FUNCTION,
+        "import_error": import_error,
+        "date": datetime.date.today().isoformat(),
+        "command": f"{Path(sys.executable).relative_to(ROOT) if sys.executable.startswith(str(ROOT)) else 'python'}"
+                   f" -m conformance.run {key}",
+        "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),
+        "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds},
+        "settings": audit_settings(adapter, fw, function, import_error),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.run", description=__doc__.splitlines()[0])
+    parser.add_argument("framework")
+    parser.add_argument("--out", default="results/conformance/raw", help="folder for <framework>.json")
+    args = parser.parse_args(argv)
+    try:
+        result = run(args.framework)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{args.framework}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    audited = sum(s["status"] == "audited" for s in result["settings"])
+    note = f"import error: {result['import_error']}" if result["import_error"] else f"{audited} settings audited"
+    print(f"{result['package']} {result['version']}: {note} -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
