@@ -75,6 +75,7 @@ import subprocess
 import sys
 import time
 
+from .study_results import value_tag
 from .task import task_for
 
 STUDY_KEYS = {
@@ -230,10 +231,6 @@ def _leaf(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
-def _fmt(value) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]", "-", f"{value:g}" if isinstance(value, float) else str(value))
-
-
 def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
     """Every run of the study, in a fixed order: ``{"run_id", "method", "seed", "grid", "overrides", "config"}``.
 
@@ -265,7 +262,7 @@ def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
                 # max_train_time_s is always set: a preset's wall-clock guard must not cut runs unannounced
                 budget = {BUDGET_KEYS[k]: v for k, v in {"max_train_time_s": 0, **study["budget"]}.items()}
                 overrides = {**base, **ov, **g, **budget, "seed": seed}
-                label = "".join(f"_{_leaf(k)}={_fmt(v)}" for k, v in g.items())
+                label = "".join(f"_{_leaf(k)}={value_tag(v)}" for k, v in g.items())
                 runs.append(
                     {
                         "run_id": f"{method}{label}_seed{seed}",
@@ -591,7 +588,7 @@ def _flat_row(record: dict, wall: float) -> dict:
         "final_pass1_hi": (record["final_pass1_ci95"] or [None, None])[1],
     }
     for sel in record["selections"]:
-        tag = sel["by"] + (f"_{_fmt(sel['value'])}" if sel.get("value") is not None else "")
+        tag = sel["by"] + (f"_{value_tag(sel['value'])}" if sel.get("value") is not None else "")
         row[f"{tag}_step"] = sel.get("step")
         row[f"{tag}_dev_pass1"] = sel.get("dev_pass1")
         ev = sel.get("eval")

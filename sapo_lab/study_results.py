@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,14 +64,20 @@ class Run:
     def selection(self, by: str) -> dict | None:
         """The record's selection whose tag is ``by`` (``best_dev``, ``final``, ``step_50``...)."""
         for sel in self.record.get("selections", []):
-            tag = sel["by"] + (f"_{_fmt(sel['value'])}" if sel.get("value") is not None else "")
+            tag = sel["by"] + (f"_{value_tag(sel['value'])}" if sel.get("value") is not None else "")
             if tag == by or sel["by"] == by:
                 return sel
         return None
 
 
-def _fmt(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def value_tag(value) -> str:
+    """A number or name as it appears in run ids and summary columns: ``2e-4`` -> ``0.0002``, ``1e6`` -> ``1e06``.
+
+    Only letters, digits and ``_ . = -`` survive; a float exponent's ``+`` is dropped rather than
+    replaced, because ``1e-06`` would name another number.
+    """
+    text = f"{value:g}".replace("e+", "e") if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9_.=-]", "-", text)
 
 
 @dataclass

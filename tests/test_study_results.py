@@ -77,3 +77,24 @@ def test_provenance_names_every_command_and_marks_dirty_commits(study):
     assert p["commits"] == ["aaaaaaa", "bbbbbbb+"] and p["started"] == "2026-12-02T09:00" and p["wall_s"] == 180.0
     table = provenance_markdown([toy])
     assert table.count("\n") == 2 and "bbbbbbb+" in table and "3 min" in table
+
+
+def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
+    """A selection value >= 1e6 once became "1e-06" in summary.csv (the runner replaced the exponent's
+    "+" with "-") while the reader wrote "1e+06": the column named another number, and the reader
+    could not find it. Runner and reader now share one tag, and every tag parses back to its value."""
+    from sapo_lab.study import _flat_row
+    from sapo_lab.study_results import Run, value_tag
+
+    for value in (1e6, 2.5e7, 2e-4, 1e-6, 0.0002, 50000, 60):
+        assert float(value_tag(value)) == value, value
+    sel = {"by": "rollout_tokens", "value": 1e6, "step": 40, "dev_pass1": 0.5}
+    record = {"run_id": "r", "method": "sapo", "seed": 0, "grid": {}, "status": "completed", "steps": 40,
+              "collapse": {"collapsed": False, "step": None, "reason": None}, "cold_start_pass1": 0.1,
+              "final_pass1": 0.5, "final_pass1_ci95": None, "selections": [sel], "rollout_tokens": 1,
+              "update_tokens": 1, "optimizer_steps": 1, "verifier_calls": 1, "train_elapsed_s": 1.0}
+    row = _flat_row(record, 1.0)
+    column = next(k for k in row if k.endswith("_step") and k.startswith("rollout_tokens"))
+    tag = column[: -len("_step")]
+    assert float(tag.split("_")[-1]) == 1e6
+    assert Run("r", "sapo", 0, {}, record, tmp_path).selection(tag) is sel
