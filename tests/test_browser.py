@@ -13,7 +13,14 @@ driver: ``SE_OFFLINE=true``). One visit collects a report; the tests then check 
   the slider's active step changes and so does the set of visible traces, to exactly
   the set that step declares;
 * the page raised no JavaScript error (``window.onerror``, unhandled rejections,
-  ``console.error`` and Chromium's own SEVERE log, e.g. a missing script).
+  ``console.error`` and Chromium's own SEVERE log, e.g. a missing script);
+* nothing is wider than the text column, at a 1400 and a 1280 px wide window with the
+  theme's default layout (both sidebars): no code block or printed output scrolls
+  sideways (``scrollWidth > clientWidth``), and no table or plotly figure reaches past
+  the column. Collapsed cells and solutions are opened first, since a reader opens them.
+  The report names the page, the section and the first line that does not fit. An
+  output that is meant to scroll carries the cell tag ``wide-output`` (a visible box,
+  book/_static/sapo_lab.css) and is allowed.
 
 Screenshots of two chapters go to ``_build/screenshots/``.
 
@@ -53,6 +60,16 @@ CHROMIUM_FLAGS = (
 )
 SCREENSHOT_PAGES = ("book/05_soft_surrogate.html", "book/10_loss_implementation.html")
 WAIT_S = 30.0
+DEFAULT_WIDTH, HEIGHT = 1280, 1000
+LAPTOP_WIDTHS = (1400, 1280)
+# Chapters the lead is rewriting to the book's line length and hidden checks: their overflow is
+# reported (xfail), not failed, until the rewrite lands. Empty this set then.
+BEING_REWRITTEN = {
+    "book/12_reading_the_evidence.html",
+    "book/14_critical_analysis.html",
+    "book/15_follow_up_experiment.html",
+    "book/16_conclusion.html",
+}
 
 
 def toc_pages() -> list[str]:
@@ -344,6 +361,123 @@ def test_slider_explorers_respond(reports, page):
 def test_no_javascript_errors(reports, page):
     errors = reports(page)["js_errors"]
     assert not errors, "JavaScript errors:\n" + "\n".join(errors[:20])
+
+
+# ---- nothing wider than the column at a laptop width ----------------------------------------------------------
+
+# Opens every collapsed cell and solution, then measures code blocks, printed outputs, tables and plotly
+# figures against the article's text column. arguments[0]: selector of containers allowed to scroll.
+OVERFLOW_REPORT = r"""
+const allowed = arguments[0];
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('.toggle-hidden').forEach(el => el.classList.remove('toggle-hidden'));
+const article = document.querySelector('article.bd-article');
+const columnRight = article.getBoundingClientRect().right - parseFloat(getComputedStyle(article).paddingRight);
+const ctx = document.createElement('canvas').getContext('2d');
+const clip = text => text.replace(/\s+$/, '').slice(0, 160);
+
+function section(el) {
+  const sec = el.closest('section');
+  const h = sec && sec.querySelector('h1, h2, h3, h4');
+  return h ? h.textContent.replace(/[#¶]/g, '').trim().slice(0, 80) : '';
+}
+function excess(el) {               // px of content a reader cannot see without scrolling sideways
+  return Math.max(el.scrollWidth - el.clientWidth, el.getBoundingClientRect().right - columnRight);
+}
+function firstWideLine(pre) {       // the first line whose rendered width exceeds the block's text width
+  const s = getComputedStyle(pre);
+  ctx.font = s.font;
+  const room = pre.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+  const lines = pre.textContent.split('\n');
+  let widest = 0;
+  for (let i = 0; i < lines.length; i++) {
+    const w = ctx.measureText(lines[i]).width;
+    if (w > room + 0.5) return {line_no: i + 1, line: clip(lines[i]), chars: lines[i].length};
+    if (w > ctx.measureText(lines[widest]).width) widest = i;
+  }
+  return {line_no: widest + 1, line: clip(lines[widest]), chars: lines[widest].length};
+}
+
+const found = [], counts = {code: 0, output: 0, table: 0, figure: 0};
+function record(el, kind, px, where) {
+  counts[kind] += 1;
+  if (px <= 1) return;
+  found.push(Object.assign({kind, node: el, px: Math.round(px), section: section(el),
+                            allowed: kind !== 'code' && !!el.closest(allowed)}, where));
+}
+for (const pre of article.querySelectorAll('pre')) {
+  record(pre, pre.closest('.cell_output') ? 'output' : 'code', excess(pre), firstWideLine(pre));
+}
+for (const table of article.querySelectorAll('table')) {
+  const box = table.parentElement;
+  const px = Math.max(table.getBoundingClientRect().width - box.clientWidth, excess(box), excess(table));
+  const head = Array.from((table.rows[0] || {cells: []}).cells).map(c => c.textContent.trim());
+  record(table, 'table', px, {line_no: 1, line: clip(head.join(' | ')), columns: head.length});
+}
+for (const gd of article.querySelectorAll('.js-plotly-plot')) {
+  const drawn = gd._fullLayout ? gd._fullLayout.width : gd.getBoundingClientRect().width;
+  const px = Math.max(drawn - gd.parentElement.clientWidth, gd.getBoundingClientRect().right - columnRight);
+  const title = gd._fullLayout && gd._fullLayout.title ? gd._fullLayout.title.text || '' : '';
+  record(gd, 'figure', px, {line_no: 1, line: clip('figure: ' + title), width: Math.round(drawn)});
+}
+// An output wider than the column that none of the above explains (e.g. raw HTML).
+for (const out of article.querySelectorAll('.cell_output')) {
+  const px = excess(out);
+  if (px > 1 && !found.some(f => f.kind !== 'code' && out.contains(f.node))) {
+    found.push({kind: 'output', px: Math.round(px), section: section(out), allowed: !!out.closest(allowed),
+                line_no: 1, line: clip(out.textContent.trim().split('\n')[0])});
+  }
+}
+return {inner_width: window.innerWidth, column: Math.round(article.clientWidth), counts,
+        found: found.map(({node, ...rest}) => rest)};
+"""
+
+WIDE_OUTPUT_TAG = "wide-output"          # cell tag: "this output scrolls sideways on purpose"
+
+
+def _measure_overflow(drv, base: str, page: str, width: int) -> dict:
+    drv.set_window_size(width, HEIGHT)
+    try:
+        _open(drv, base, page)
+        if drv.execute_script("return document.querySelectorAll('.math').length > 0"):
+            drv.execute_async_script(WAIT_FOR_MATHJAX.replace("arguments_timeout", str(int(WAIT_S * 1000))))
+        _wait(lambda: drv.execute_script(
+            "return Array.from(document.querySelectorAll('.plotly-graph-div')).every(g => g._fullLayout)"))
+        return drv.execute_script(OVERFLOW_REPORT, f".tag_{WIDE_OUTPUT_TAG}")
+    finally:
+        drv.set_window_size(DEFAULT_WIDTH, HEIGHT)
+
+
+def _describe(found: list[dict]) -> str:
+    return "\n".join(f"  {f['kind']} in '{f['section']}', {f['px']} px too wide; line {f['line_no']}: {f['line']!r}"
+                     for f in found)
+
+
+@pytest.fixture(scope="session")
+def overflow(site, driver):
+    cache: dict[tuple[str, int], dict] = {}
+
+    def get(page: str, width: int) -> dict:
+        if (page, width) not in cache:
+            if not (HTML / page).exists():
+                pytest.fail(f"{page} is in _toc.yml but was not built into {HTML}")
+            cache[page, width] = _measure_overflow(driver, site, page, width)
+        return cache[page, width]
+
+    return get
+
+
+@pytest.mark.parametrize("width", LAPTOP_WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_nothing_is_wider_than_the_column(overflow, page, width):
+    # Catches notebook lines longer than the column, long printed lines, wide tables and fixed-width figures.
+    report = overflow(page, width)
+    assert report["inner_width"] == width, f"the window is {report['inner_width']} px wide, not {width}"
+    offending = [f for f in report["found"] if not f["allowed"]]
+    if offending and page in BEING_REWRITTEN:
+        pytest.xfail(f"{page} is being rewritten; {len(offending)} blocks too wide at {width} px")
+    assert not offending, (f"{page} at a {width} px window: {len(offending)} blocks are wider than the "
+                           f"{report['column']} px column\n" + _describe(offending[:15]))
 
 
 def test_book_has_explorers_and_math(reports):
