@@ -449,6 +449,10 @@ def test_adapter_errors_and_raising_rows():
         audit(lambda logp, old: logp.sum())
     with pytest.raises(AdapterError, match="not a scalar"):
         audit(lambda logp, old, adv, mask: logp * 2)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        audit(plain_sapo, dtype="float8")
+    with pytest.raises(ValueError, match="tau_neg must be a finite number > 0"):
+        audit(plain_sapo, tau_neg=float("nan"))
 
     def raises(logp, old, adv, mask):
         raise RuntimeError("framework not installed\nsecond line")

@@ -112,21 +112,41 @@ def _fit_tau(ratio: float, w: float) -> float:
     return 2.0 * math.acosh(1.0 / math.sqrt(w)) / abs(ratio - 1.0)
 
 
-def _combine_fits(fits: list, rel_error: float) -> tuple[float, bool, float]:
-    """One tau from per-ratio fits: (tau, whether every fit agrees with it, its relative bound).
+def _combine_fits(points: list) -> tuple[float, bool, float]:
+    """One tau from per-ratio fits (r, tau_r, relative error of that ratio's gradient).
 
-    A fit at u = tau |r - 1| pins tau down to rel_error / s with s = u tanh(u / 2) (how fast
-    ln w moves with ln tau); the fits are weighted by s^2 and must agree within their bounds.
+    Returns (tau, whether every fit agrees with it, its relative bound). A fit at u = tau |r - 1|
+    pins tau down to err / s with s = u tanh(u / 2) (how fast ln w moves with ln tau); fits are
+    weighted by 1 / bound^2 and must agree within their bounds.
     """
-    taus = [t for _, t in fits]
-    if not taus or not all(math.isfinite(t) and t > 0 for t in taus):
+    if not points or not all(math.isfinite(t) and t > 0 for _, t, _ in points):
         return math.nan, False, math.inf
-    sens = [t * abs(r - 1) * math.tanh(t * abs(r - 1) / 2) for r, t in fits]
-    tau = sum(s * s * t for s, t in zip(sens, taus, strict=True)) / sum(s * s for s in sens)
-    bounds = [rel_error / s for s in sens]
+    bounds = []
+    for r, t, err in points:
+        u = t * abs(r - 1)
+        bounds.append(err / (u * math.tanh(u / 2)))
+    weights = [1 / b**2 for b in bounds]
+    tau = sum(w * t for w, (_, t, _) in zip(weights, points, strict=True)) / sum(weights)
     best = min(bounds)
-    agree = all(abs(t - tau) <= (b + best) * tau for t, b in zip(taus, bounds, strict=True))
+    agree = all(abs(t - tau) <= (b + best) * tau for (_, t, _), b in zip(points, bounds, strict=True))
     return (tau if agree else math.nan), agree, best
+
+
+def _fit_points(ctx: Context, r: torch.Tensor, rho: torch.Tensor) -> list:
+    """(r, tau fitted at r, relative error of rho there) for the ratios that say something about tau.
+
+    Where r > 1 the gate 1 - sigmoid(u) is known only to ``negligible`` in absolute terms; a
+    ratio whose gradient is within 10x of that says nothing about tau and is left out.
+    """
+    points = []
+    for ri, pi in zip(r.tolist(), rho.tolist(), strict=True):
+        if abs(ri - 1.0) < FIT_MIN_DISTANCE:
+            continue
+        abs_err = ctx.tol.negligible if ri > 1 else 0.0
+        if ri > 1 and abs(pi) <= 10 * abs_err:
+            continue
+        points.append((ri, _fit_tau(ri, pi / ri), ctx.tol.tau + abs_err / abs(pi) if pi else math.inf))
+    return points
 
 
 def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
@@ -159,9 +179,9 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
             worst = int((rho - paper).abs().argmax())
             details.append(f"{label}: max rel. error {err:.3g}, worst at r = {fmt(float(r[worst]))}: "
                            f"{fmt(float(rho[worst]))} vs {fmt(float(paper[worst]))}")
-        fits = [(float(ri), _fit_tau(float(ri), float(pi) / float(ri))) for ri, pi in zip(r, rho, strict=True)
-                if abs(float(ri) - 1.0) >= FIT_MIN_DISTANCE]
-        fitted, spread_ok, bound = _combine_fits(fits, ctx.tol.tau)
+        points = _fit_points(ctx, r, rho)
+        fits = [(ri, t) for ri, t, _ in points]
+        fitted, spread_ok, bound = _combine_fits(points)
         if spread_ok:
             ok = abs(fitted - tau) <= bound * tau
             measured = f"tau = {fmt(fitted)}" + (f" +- {bound * fitted:.2g}" if bound > 1e-6 else "")
@@ -246,7 +266,10 @@ def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
     else:
         worst = float(mo.old_grad.abs().max())
         rows.append(Row(OLD_LOGP, expected_old, "none" if worst == 0 else f"max |d loss / d old_logp| = {worst:.3g}",
-                        verdict(worst == 0), "" if worst == 0 else "old_logp must be detached (review §10)",
+                        verdict(worst == 0), "" if worst == 0 else (
+                            "the behaviour log-probs must be constants (review §10); this is harmless only if every "
+                            "caller detaches old_logp (an adapter whose framework computes it under no_grad may pass "
+                            "old_logp.detach())"),
                         {"max_abs_old_gradient": worst}))
     return tuple(rows)
 
