@@ -1,0 +1,48 @@
+"""ms-swift 4.6.0: GRPOTrainer._compute_loss_and_metrics with loss_type="sapo" (the HF-trainer path).
+
+The method reads its settings from the trainer; the adapter calls it unbound on an object that holds
+GRPOArgumentsMixin's defaults for the SAPO options and switches the other features off (KL to a
+reference, entropy masking, rollout importance sampling, overlong filter, auxiliary losses).
+The Megatron trainer's SAPO branch (swift/megatron/trainers/grpo_trainer.py) needs Megatron: not audited.
+"""
+
+from types import SimpleNamespace
+
+from conformance.adapters import TAU_NEG, TAU_POS, Setting
+
+FUNCTION = "swift.rlhf_trainers.grpo_trainer.GRPOTrainer._compute_loss_and_metrics"
+
+SETTINGS = (
+    Setting("defaults", {}, "GRPOArgumentsMixin defaults with loss_type='sapo': importance_sampling_level='token'"),
+    Setting("paper", {"importance_sampling_level": "token", "tau_pos": TAU_POS, "tau_neg": TAU_NEG},
+            "the defaults already are the paper's setting"),
+    Setting("sequence", {"importance_sampling_level": "sequence"}, "GSPO's sequence ratio", level="sequence"),
+)
+
+
+def load():
+    from swift.rl_core.data import GRPOBatch
+    from swift.rlhf_trainers.args_mixin import GRPOArgumentsMixin
+    from swift.rlhf_trainers.grpo_trainer import GRPOTrainer
+
+    return GRPOTrainer._compute_loss_and_metrics, GRPOBatch, GRPOArgumentsMixin
+
+
+def make_loss(function, options):
+    compute, batch_class, arguments = function
+    defaults = {k: arguments.__dataclass_fields__[k].default
+                for k in ("importance_sampling_level", "tau_pos", "tau_neg", "off_policy_sequence_mask_delta")}
+    trainer = SimpleNamespace(**{**defaults, **options}, loss_type="sapo", model=SimpleNamespace(training=True),
+                              compute_entropy=False, overlong_filter=False, beta=0.0, kl_in_reward=False,
+                              rollout_importance_sampling_mode=None, log_rollout_offpolicy_metrics=False,
+                              disable_rollout_importance_sampling=True, _has_teacher=False, sdar_loss_coef=0.0,
+                              chord_sft_iterator=None)
+
+    def loss(logp, old_logp, advantages, mask):
+        trainer._get_per_token_logps_and_entropies = lambda *args, **kwargs: (logp, None)
+        batch = batch_class(completion_mask=mask, truncated_mask=mask.new_zeros(mask.shape[0]),
+                            seq_lengths=mask.sum(-1), old_per_token_logps=old_logp,
+                            advantages=advantages[:, None].expand_as(logp))  # per token in 4.x
+        return compute(trainer, None, {}, batch)[0]
+
+    return loss

@@ -1,0 +1,58 @@
+"""TRL 1.16.0: GRPOTrainer._compute_loss with loss_type="sapo", on a real trainer.
+
+The trainer holds a tiny GPT-2 (sapo_lab's cpu-micro preset) that the loss never runs: its log-prob
+method is replaced by one returning the audit's log-probs, as in tests/test_trl_equivalence.py.
+"""
+
+import tempfile
+
+import torch
+
+from conformance.adapters import TAU_NEG, TAU_POS, Setting
+
+FUNCTION = "trl.GRPOTrainer._compute_loss"
+
+SETTINGS = (
+    Setting("defaults", {"loss_type": "sapo"},
+            "GRPOConfig defaults with loss_type='sapo' (the default loss_type is 'dapo')"),
+    Setting("paper", {"loss_type": "sapo", "importance_sampling_level": "token",
+                      "sapo_temperature_pos": TAU_POS, "sapo_temperature_neg": TAU_NEG},
+            "the defaults already are the paper's setting"),
+    Setting("sequence", {"loss_type": "sapo", "importance_sampling_level": "sequence"},
+            "GSPO's sequence ratio", level="sequence"),
+)
+
+
+def load():
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    return GRPOTrainer, GRPOConfig, Dataset
+
+
+def make_loss(function, options):
+    from sapo_lab import build_char_tokenizer, build_model
+
+    trainer_class, config_class, dataset_class = function
+    args = config_class(output_dir=tempfile.mkdtemp(prefix="conformance-trl-"), use_cpu=True, bf16=False,
+                        report_to="none", per_device_train_batch_size=4, num_generations=4, **options)
+    trainer = trainer_class(model=build_model("cpu-micro", seed=0), args=args, processing_class=build_char_tokenizer(),
+                            reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                            train_dataset=dataset_class.from_dict({"prompt": ["1+1="] * 4}))
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train()
+    trainer.model.train()
+
+    def loss(logp, old_logp, advantages, mask):
+        trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp.detach()), None)
+        ids = torch.zeros(mask.shape, dtype=torch.long)
+        inputs = {"prompt_ids": ids[:, :1], "prompt_mask": torch.ones_like(ids[:, :1]), "completion_ids": ids,
+                  "completion_mask": mask.long(), "advantages": advantages, "old_per_token_logps": old_logp}
+        # TRL builds the temperatures in torch's default dtype: make it the inputs' (float32 in training).
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(logp.dtype)
+        try:
+            return trainer._compute_loss(trainer.model, inputs)
+        finally:
+            torch.set_default_dtype(previous)
+
+    return loss
