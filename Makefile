@@ -13,7 +13,7 @@ NB_PAR ?= -n 2 --dist loadfile
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.
 ONE_THREAD := OMP_NUM_THREADS=1
 
-.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test
+.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test conformance
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,11 @@ min-test: $(MIN_STAMP)
 # TRL in its own environment (benchmarks/.venv-trl), never in .venv
 trl-test:
 	bash tools/ci_trl.sh
+
+# The SAPO conformance audit of every framework's own code, each in its own environment (conformance/):
+# writes results/conformance/matrix.{json,md}. `make conformance CONFORMANCE=verl` reruns one framework.
+conformance: venv
+	bash conformance/run_all.sh $(CONFORMANCE)
 
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The conformance leg: rebuild the environments of the frameworks that fit CI's budget, rerun their audit
+# and fail if the matrix they give differs from the committed results/conformance/matrix.json (dates and
+# timings aside). The other frameworks' committed results say when they were last run (`make conformance`);
+# tests/test_conformance_matrix.py checks the committed file is consistent. Usage: bash tools/ci_conformance.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+# Measured cost on the 2-core machine (results/conformance/matrix.md lists every environment's build time):
+# TRL reuses the TRL leg's environment; Liger-Kernel needs only the shared torch base.
+FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel"}
+fresh=$(mktemp -d)
+trap 'rm -rf "$fresh"' EXIT
+for key in $FRAMEWORKS; do
+    t0=$(date +%s)
+    bash conformance/build_env.sh "$key"
+    venv=$(.venv/bin/python -c "from conformance.frameworks import framework; print(framework('$key').venv)")
+    OMP_NUM_THREADS=1 "$venv/bin/python" -m conformance.run "$key" --out "$fresh"
+    echo "conformance $key: $(( $(date +%s) - t0 )) s"
+done
+.venv/bin/python -m conformance.aggregate --raw "$fresh" --check
+echo "conformance leg wall time: $(( $(date +%s) - start )) s"
