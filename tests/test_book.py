@@ -124,7 +124,8 @@ def test_colab_cell_installs_what_pyproject_declares_and_never_torch(path):
     tool = _colab_tool()
     source = "".join(tool.first_code_cell(json.loads(path.read_text()))["source"])
     assert source == tool.colab_cell_source(), f"{path.name}: run python tools/colab_cell.py"
-    install_lines = [line for line in source.splitlines() if "%pip install" in line]
+    logical_lines = source.replace("\\\n", " ").splitlines()          # IPython joins backslash continuations
+    install_lines = [line for line in logical_lines if "%pip install" in line]
     assert "--no-deps" in install_lines[0] and not any("torch" in line for line in install_lines)
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     for requirement in declared:

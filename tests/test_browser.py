@@ -480,6 +480,82 @@ def test_nothing_is_wider_than_the_column(overflow, page, width):
                            f"{report['column']} px column\n" + _describe(offending[:15]))
 
 
+# Plants code cells with one line each into the page, cloned from the page's own cells so that they sit in
+# the same boxes: arguments[0] is a list of [selector of the cell to clone, line]. Also plants a wide table,
+# a fixed-width plotly figure and a long output inside a cell tagged wide-output when arguments[1] is true.
+PLANT = r"""
+const [cells, extras, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('.toggle-hidden').forEach(el => el.classList.remove('toggle-hidden'));
+const missing = [];
+for (const [selector, line] of cells) {
+  const original = document.querySelector(selector);
+  if (!original) { missing.push(selector); continue; }
+  const copy = original.cloneNode(true);
+  copy.querySelector('.cell_input pre').textContent = line;
+  original.after(copy);
+}
+if (!extras) { done(missing); return; }
+const article = document.querySelector('article.bd-article');
+const table = document.createElement('table');
+table.innerHTML = '<tr>' + '<td>unbreakable_planted_cell_text</td>'.repeat(12) + '</tr>';
+article.appendChild(table);
+const wide = document.createElement('div');
+wide.className = 'cell tag_wide-output';
+wide.innerHTML = '<div class="cell_output"><pre>' + 'w'.repeat(300) + '</pre></div>';
+article.appendChild(wide);
+const holder = document.createElement('div');
+article.appendChild(holder);
+Plotly.newPlot(holder, [{x: [0, 1], y: [0, 1]}], {width: 1600, title: {text: 'planted figure'}})
+  .then(() => done(missing), e => done(['plotly: ' + e]));
+"""
+PLANT_PAGE = "book/03_group_advantages.html"      # has plain, collapsed (hide-input) and solution code cells
+CODE_CELLS = {"plain": "article .cell:not(.tag_hide-input):not(.tag_hide-cell)",
+              "collapsed": "article .cell.tag_hide-input",
+              "solution": "article .solution .cell"}
+
+
+def _notebook_line_length() -> int:
+    import tomllib
+
+    return tomllib.loads((ROOT / "book" / "ruff.toml").read_text())["line-length"]
+
+
+def _planted_report(driver, site, cells, extras: bool, width: int = 1280) -> dict:
+    driver.set_window_size(width, HEIGHT)
+    try:
+        _open(driver, site, PLANT_PAGE)
+        missing = driver.execute_async_script(PLANT, cells, extras)
+        assert not missing, f"{PLANT_PAGE} lacks the cells to plant into: {missing}"
+        return driver.execute_script(OVERFLOW_REPORT, f".tag_{WIDE_OUTPUT_TAG}")
+    finally:
+        driver.set_window_size(DEFAULT_WIDTH, HEIGHT)
+
+
+@pytest.mark.parametrize("width", LAPTOP_WIDTHS)
+def test_a_line_of_the_notebook_line_length_fits_every_kind_of_code_cell(site, driver, width):
+    # Catches a ruff line length (book/ruff.toml) that the column cannot show, e.g. after a theme or CSS change.
+    length = _notebook_line_length()
+    cells = [[selector, kind[0] * length] for kind, selector in CODE_CELLS.items()]
+    report = _planted_report(driver, site, cells, extras=False, width=width)
+    planted = [f for f in report["found"] if f["line"] in {line for _, line in cells}]
+    assert not planted, f"a {length}-character line does not fit at {width} px:\n" + _describe(planted)
+
+
+def test_the_overflow_check_reports_planted_wide_code_tables_and_figures(site, driver):
+    # Without it, the page test above could pass because the check sees nothing (a wrong selector, a
+    # column measured on the wrong element); it must name the planted line and allow only the tagged output.
+    long_line = "planted = " + "'x' + " * 20 + "'x'"
+    report = _planted_report(driver, site, [[CODE_CELLS["plain"], "ok = 1\n" + long_line]], extras=True)
+    def planted(marker):
+        return [(f["kind"], f["line_no"], f["allowed"]) for f in report["found"] if marker in f["line"]]
+
+    assert planted(long_line) == [("code", 2, False)], report["found"]
+    assert planted("unbreakable_planted") == [("table", 1, False)], report["found"]
+    assert planted("planted figure") == [("figure", 1, False)], report["found"]
+    assert planted("w" * 100) == [("output", 1, True)], report["found"]
+
+
 def test_book_has_explorers_and_math(reports):
     """Guard against a vacuous pass: the book as a whole must contain sliders, math and figures."""
     built = [p for p in PAGES if (HTML / p).exists()]

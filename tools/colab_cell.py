@@ -31,17 +31,34 @@ def repository_url() -> str:
     return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 
 
+LINE_LENGTH = 79      # the notebooks' line length (book/ruff.toml): the cell fits the book's column
+
+
+def _continued(words: list[str], first: str, indent: str = " " * 8) -> str:
+    """``first`` followed by ``words``, broken with IPython's backslash continuation to fit LINE_LENGTH."""
+    lines, line = [], first
+    for word in words:
+        if len(line) + 1 + len(word) > LINE_LENGTH - 2 and line != first:
+            lines.append(line + " \\")
+            line = indent + word
+        else:
+            line += " " + word
+    return "\n".join([*lines, line])
+
+
 def colab_cell_source() -> str:
-    pins = " ".join(f'"{d}"' for d in runtime_requirements_except_torch())
+    pins = [f'"{d}"' for d in runtime_requirements_except_torch()]
     return (
         "# On Colab or a fresh kernel, install sapo_lab only if it is missing.\n"
-        "# --no-deps keeps the runtime's own torch (a resolver could replace Colab's CUDA build with a\n"
-        "# multi-GB download); the second line adds sapo_lab's other dependencies, as pyproject.toml declares.\n"
+        "# --no-deps keeps the runtime's own torch (a resolver could replace\n"
+        "# Colab's CUDA build with a multi-GB download); the second install adds\n"
+        "# sapo_lab's other dependencies, as pyproject.toml declares.\n"
         "try:\n"
         "    import sapo_lab\n"
         "except ImportError:\n"
-        f'    %pip install -q --no-deps "sapo-lab @ git+{repository_url()}"\n'
-        f"    %pip install -q {pins}\n"
+        "    %pip install -q --no-deps \\\n"
+        f'        "sapo-lab @ git+{repository_url()}"\n'
+        + _continued(pins, "    %pip install -q") + "\n"
         "    import sapo_lab"
     )
 
