@@ -51,6 +51,15 @@ class Run:
                 self._rows = [json.loads(line) for line in f if line.strip()]
         return self._rows
 
+    @property
+    def cold_start_key(self) -> str:
+        """Which cold start the run began from (its cache key): runs with one key share their starting weights.
+
+        The key depends on the seed and on the task and SFT settings, so one seed on two tasks gives two keys.
+        """
+        with open(self.path / "cold_start_eval.json") as f:
+            return json.load(f)["cold_start"]["key"]
+
     def series(self, metric: str) -> tuple[list[int], list[float]]:
         """(steps, values) of ``metric`` over the rows where it was measured (not null, finite)."""
         steps, values = [], []

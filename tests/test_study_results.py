@@ -98,3 +98,15 @@ def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
     tag = column[: -len("_step")]
     assert float(tag.split("_")[-1]) == 1e6
     assert Run("r", "sapo", 0, {}, record, tmp_path).selection(tag) is sel
+
+
+def test_cold_start_key_separates_tasks_not_methods():
+    """Runs of one seed and task share a cold start; the same seed on another task does not. Clustering
+    pairs by seed alone (a plausible shortcut) would merge the scratchpad and addition cold starts."""
+    from sapo_lab.study_results import load_study
+
+    main, long = load_study("main_comparison"), load_study("staleness_long")
+    sapo0, grpo0 = main.select("sapo")[0], main.select("grpo")[0]
+    assert sapo0.seed == grpo0.seed == 0 and sapo0.cold_start_key == grpo0.cold_start_key
+    long0 = next(r for r in long.runs if r.seed == 0)
+    assert long0.cold_start_key != sapo0.cold_start_key
