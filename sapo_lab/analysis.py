@@ -209,3 +209,125 @@ def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float 
         if two_sample_t_power(n, effect, sd, alpha) >= power:
             return n
     raise ValueError(f"more than {max_runs} runs per method needed")
+
+
+# ---------------------------------------------------------------- collapse timing, rank correlation, split overlap
+
+
+def flag_time(run: Run) -> tuple[int, bool]:
+    """``(step, flagged)``: when the study's declared collapse rule first fired, else the run's last step."""
+    collapse = run.record.get("collapse") or {}
+    if collapse.get("collapsed"):
+        return int(collapse["step"]), True
+    return int(run.record["steps"]), False
+
+
+def survival_table(events, steps) -> list[dict]:
+    """Kaplan-Meier estimate of the share of runs whose collapse flag has not fired, at each of ``steps``.
+
+    ``events`` holds one ``(step, flagged)`` per run: a flagged run leaves at its flag step; an
+    unflagged one is censored at its last step (it might have been flagged later, had it run
+    on). Runs censored at a step count as at risk for that step's flags. Rows: ``step``,
+    ``at_risk`` (runs still observed at that step), ``flagged`` (flags up to it) and ``survival``.
+    """
+    events = [(int(s), bool(f)) for s, f in events]
+    if not events:
+        raise ValueError("survival_table needs at least one run")
+    if any(s < 0 for s, _ in events):
+        raise ValueError(f"steps must be >= 0, got {sorted(s for s, _ in events)}")
+    flag_steps = sorted({s for s, f in events if f})
+    rows = []
+    for step in sorted(int(s) for s in steps):
+        survival = 1.0
+        for u in flag_steps:
+            if u > step:
+                break
+            at_risk = sum(s >= u for s, _ in events)
+            survival *= 1.0 - sum(s == u and f for s, f in events) / at_risk
+        rows.append({"step": step, "at_risk": sum(s >= step for s, _ in events),
+                     "flagged": sum(f and s <= step for s, f in events), "survival": survival})
+    return rows
+
+
+def _mean_ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):  # ties share the mean of the ranks they span
+            ranks[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def _pearson(x: list[float], y: list[float]) -> float:
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        raise ValueError("a rank correlation needs values that are not all equal")
+    return sxy / math.sqrt(sxx * syy)
+
+
+def within_group_spearman(x, y, groups, max_permutations: int = 10**6) -> tuple[float, float]:
+    """Spearman's rho of ``x`` and ``y`` after centring both on their group's mean, with its exact p.
+
+    Centring removes a shift shared by a group (runs of one seed share a cold start). The
+    null hypothesis is that within each group the pairing of x with y is arbitrary, so the
+    two-sided p is the share of within-group permutations of ``y`` whose |rho| reaches the
+    observed |rho|. Ties share their mean rank.
+    """
+    import itertools
+
+    x, y, groups = [float(v) for v in x], [float(v) for v in y], list(groups)
+    if not len(x) == len(y) == len(groups) or len(x) < 3:
+        raise ValueError(f"x, y and groups need one entry per run and at least 3 runs, got {len(x)}, {len(y)}, {len(groups)}")
+    if not all(math.isfinite(v) for v in x + y):
+        raise ValueError("within_group_spearman needs finite values")
+
+    def centred(values):
+        means = {g: sum(v for v, h in zip(values, groups, strict=True) if h == g) / groups.count(g) for g in set(groups)}
+        return [v - means[g] for v, g in zip(values, groups, strict=True)]
+
+    rx, cy = _mean_ranks(centred(x)), centred(y)
+    rho = _pearson(rx, _mean_ranks(cy))
+    members = [[i for i, g in enumerate(groups) if g == key] for key in dict.fromkeys(groups)]
+    if math.prod(math.factorial(len(m)) for m in members) > max_permutations:
+        raise ValueError(f"more than {max_permutations} within-group permutations; use fewer runs per group")
+    hits = total = 0
+    for choice in itertools.product(*(itertools.permutations(m) for m in members)):
+        perm = list(range(len(y)))
+        for m, p in zip(members, choice, strict=True):
+            for i, j in zip(m, p, strict=True):
+                perm[i] = j
+        total += 1
+        hits += abs(_pearson(rx, _mean_ranks([cy[j] for j in perm]))) >= abs(rho) - 1e-12
+    return rho, hits / total
+
+
+def split_overlap(splits: dict) -> dict:
+    """How near the eval split lies to what training saw (the review's contamination check, on a task's splits).
+
+    Counts, over the eval problems: ``exact`` (the prompt is a training prompt), ``commuted``
+    (an addition ``a+b`` with a != b whose twin ``b+a`` is a training prompt, out of
+    ``additions`` such prompts) and ``answer`` (the final answer, the text after the last
+    "=", is also some training problem's final answer).
+    """
+    import re
+
+    def twin(prompt):
+        m = re.fullmatch(r"(\d+)\+(\d+)(\D*)", prompt)
+        return None if m is None or m[1] == m[2] else f"{m[2]}+{m[1]}{m[3]}"
+
+    def final(answer):
+        return answer.rsplit("=", 1)[-1]
+
+    train = {p.prompt for p in splits["train"]}
+    answers = {final(p.answer) for p in splits["train"]}
+    twins = [twin(p.prompt) for p in splits["eval"]]
+    return {"eval": len(splits["eval"]), "exact": sum(p.prompt in train for p in splits["eval"]),
+            "additions": sum(t is not None for t in twins), "commuted": sum(t in train for t in twins if t),
+            "answer": sum(final(p.answer) in answers for p in splits["eval"])}
