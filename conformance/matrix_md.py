@@ -23,9 +23,23 @@ def _required(card: dict) -> tuple[int, int]:
     return sum(r["verdict"] == "pass" for r in rows), len(rows)
 
 
+def _extreme(row: dict) -> str:
+    """'zero below log r = -20 (A > 0, A < 0)' from the row's thresholds; the measured text otherwise."""
+    found = {}
+    for sign in ("A > 0", "A < 0"):
+        for side, hit in (row.get("values", {}).get(sign) or {}).items():
+            word = "below" if side == "lower" else "above"
+            found.setdefault(f"{hit['kind']} {word} log r = {_num(hit['threshold'], 3)}", []).append(sign)
+    if found:
+        return "; ".join(f"{k} ({', '.join(v)})" for k, v in found.items())
+    return "as the closed form" if row.get("verdict") == "pass" else row.get("measured", "-")
+
+
 def headline(card: dict) -> dict:
     """The few numbers a reader compares first, read from the card's rows."""
     on_policy = _row(card, "on-policy").get("values", {})
+    empty = _row(card, "empty response").get("values", {})
+    no_tokens = _row(card, "batch without tokens")
     ok, n = _required(card)
     return {
         "conforms": f"{'yes' if ok == n else 'no'} ({ok}/{n})",
@@ -35,8 +49,9 @@ def headline(card: dict) -> dict:
                                     .get("max_rel_error", "-"), 3),
         "aggregation": _row(card, "aggregation").get("values", {}).get("aggregation", "-"),
         "ratio level": _row(card, "importance-sampling level").get("values", {}).get("level", "-"),
-        "extreme log-ratios": _row(card, "extreme").get("measured", "-"),
-        "empty response": _row(card, "empty response").get("measured", "-"),
+        "extreme log-ratios (to 100)": _extreme(_row(card, "extreme")),
+        "empty response": {True: "counted", False: "left out"}.get(empty.get("counted"), "-"),
+        "batch without tokens": _num(no_tokens.get("values", {}).get("value", no_tokens.get("measured", "-"))),
         "value at r = 1": _row(card, "value at r = 1").get("values", {}).get("kind", "-"),
     }
 

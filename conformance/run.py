@@ -54,9 +54,13 @@ def installed_versions(names: list[str]) -> dict:
 
 
 def env_build(venv: Path) -> dict:
-    """What build_env.sh measured when it built this environment (absent for one built otherwise)."""
+    """What build_env.sh measured when it built this environment; for one built otherwise (TRL's, by the
+    TRL leg, which prints its own build time), its size."""
     path = venv / ".build.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    if path.exists():
+        return json.loads(path.read_text())
+    size = sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
+    return {"size_mb": round(size / 2**20)}
 
 
 def audit_settings(adapter, fw, function, import_error: str | None) -> list[dict]:
