@@ -1,0 +1,104 @@
+"""The committed conformance matrix (results/conformance/) is complete and consistent with its sources.
+
+Runs in the main environment, without any framework: the matrix was produced inside each framework's own
+environment (`make conformance`); CI reruns the frameworks that fit its budget (tools/ci_conformance.sh).
+"""
+
+import copy
+import datetime
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conformance.aggregate import RESULTS, build, comparable, differences, load_raw
+from conformance.frameworks import FRAMEWORKS
+from conformance.matrix_md import render
+from conformance.run import pinned_packages
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = json.loads((RESULTS / "matrix.json").read_text())
+VERDICTS = {"pass", "differs", "error", "info"}
+
+
+def _pins(path: str) -> dict:
+    text = (ROOT / path).read_text()
+    return {m.group(1): m.group(2) for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, re.M)}
+
+
+def test_every_framework_is_listed_in_order():
+    """A framework dropped from the matrix, or listed under another version, fails here."""
+    assert [(f["framework"], f["package"], f["version"]) for f in MATRIX["frameworks"]] == \
+        [(f.key, f.package, f.version) for f in FRAMEWORKS]
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
+def test_every_setting_is_audited_or_says_why_not(fw):
+    """A framework never run, a setting without a card, or an import error without its message fails here."""
+    entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
+    assert entry.get("status") != "not run", f"{fw.key}: no raw result; run `make conformance`"
+    names = [s["setting"] for s in entry["settings"]]
+    assert {"defaults", "paper"} <= set(names), names
+    for s in entry["settings"]:
+        if entry["import_error"]:
+            assert s["status"] == "import error" and "card" not in s
+            assert entry["import_error"].strip() and "\n" not in entry["import_error"]
+        elif s["options"] is None:
+            assert s["status"] == "no such setting" and s["note"], s
+        else:
+            assert s["status"] == "audited", s
+            card = s["card"]
+            assert card["level"] == s["level"] and card["dtype"] == "float64"
+            assert card["rows"] and all(r["verdict"] in VERDICTS and r["measured"] for r in card["rows"])
+    datetime.date.fromisoformat(entry["date"])  # says when it was last run
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
+def test_settings_match_the_adapter(fw):
+    """An adapter whose settings changed after the matrix was written (a stale matrix) fails here."""
+    adapter = importlib.import_module(f"conformance.adapters.{fw.key}")  # imports no framework
+    entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
+    assert [(s["setting"], s["options"], s["level"]) for s in entry["settings"]] == \
+        [(s.name, s.options, s.level) for s in adapter.SETTINGS]
+    assert entry["function"] == adapter.FUNCTION
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
+def test_versions_match_the_requirements_file(fw):
+    """A requirements file bumped without rerunning the audit (or an environment that installed
+    something else than its pins) fails here."""
+    pins = _pins(fw.requirements)
+    assert pins.get(fw.package) == fw.version, (fw.requirements, fw.package, pins.get(fw.package))
+    entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
+    recorded = {k: v for k, v in entry["versions"].items() if k != "python"}
+    assert set(recorded) == set(pinned_packages(ROOT / fw.requirements))
+    for name, version in recorded.items():
+        assert version.split("+")[0] == pins[name].split("+")[0], (fw.key, name, version, pins[name])
+
+
+def test_markdown_is_the_json_rendered():
+    """A hand-edited or stale matrix.md fails here."""
+    assert (RESULTS / "matrix.md").read_text() == render(MATRIX)
+
+
+def test_json_is_the_raw_results_aggregated():
+    """A raw result updated without regenerating matrix.json (or the reverse) fails here."""
+    rebuilt = build(load_raw([RESULTS / "raw"]), MATRIX["generated"])
+    assert rebuilt == MATRIX
+
+
+def test_check_ignores_timings_but_not_findings():
+    """The CI comparison must not fail on a slower machine, and must fail when a verdict or number changes."""
+    audited = next(s for f in MATRIX["frameworks"] for s in f["settings"] if s.get("card"))
+    slower = copy.deepcopy(MATRIX)
+    for f in slower["frameworks"]:
+        f["date"], f["environment"] = "2000-01-01", {"build_seconds": 1e6, "size_mb": 1}
+    slower["generated"] = "2000-01-01"
+    assert differences(comparable(slower), comparable(MATRIX)) == []
+    changed = copy.deepcopy(MATRIX)
+    row = next(s for f in changed["frameworks"] for s in f["settings"] if s.get("card"))["card"]["rows"][0]
+    row["verdict"] = "differs" if row["verdict"] != "differs" else "pass"
+    assert differences(comparable(changed), comparable(MATRIX))
+    assert audited  # there is at least one card to change
