@@ -25,11 +25,7 @@ TIMING = {"non_model_frac", "cached"}  # and whether the cold start came from a 
 # Both seed 0, so the second reuses the first's cold start (one ~85 s SFT warm start in CI, not two).
 # And one run of the confirmatory study (M = 8, a fresh seed): seed 12's cold start is its shortest
 # (360 SFT updates), so the check costs about a minute more.
-CHECKED = [
-    ("main_comparison", "sapo_seed0"),
-    ("main_comparison", "grpo_seed0"),
-    ("confirm_addition", "grpo_seed12"),
-]
+CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12")]
 
 
 @pytest.fixture(scope="module")
