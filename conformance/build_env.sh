@@ -18,7 +18,7 @@ record() {  # record VENV SECONDS
     local mb
     mb=$(du -sm "$1" | cut -f1)
     printf '{"build_seconds": %s, "size_mb": %s}\n' "$2" "$mb" > "$1/.build.json"
-    echo "$KEY environment: built in $2 s, $mb MB ($1)"
+    echo "environment $1: built in $2 s, $mb MB"
 }
 
 fresh() {  # fresh VENV REQUIREMENTS...: true when a requirements file is newer than the stamp

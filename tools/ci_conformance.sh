@@ -6,9 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-# Measured cost on the 2-core machine (results/conformance/matrix.md lists every environment's build time):
-# TRL reuses the TRL leg's environment; Liger-Kernel needs only the shared torch base.
-FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel"}
+# The frameworks whose environment and audit fit CI's budget for this leg (about 3 minutes on 2 cores; each
+# one's time is printed below): TRL reuses the TRL leg's environment, Liger-Kernel needs only the shared torch
+# base, skyrl-train and Trinity-RFT add ray and a few small packages. verl, AReaL and both ms-swift versions
+# need hundreds of MB more (results/conformance/matrix.md: build times, sizes, and when each was last run).
+FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft"}
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 for key in $FRAMEWORKS; do
