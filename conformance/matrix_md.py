@@ -123,7 +123,7 @@ def render(matrix: dict) -> str:
         env = fw.get("environment", {})
         built = (f"built in {env['build_seconds']} s, {env['size_mb']} MB; " if "build_seconds" in env else "")
         out += [f"Function: `{fw['function']}`. Last run {fw['date']}: `{fw['command']}` ({built}"
-                f"import {env.get('import_seconds', '-')} s).", "",
+                f"import {env.get('import_seconds', '-')} s; audit source {fw.get('engine', '-')}).", "",
                 "Versions: " + ", ".join(f"{k} {v}" for k, v in fw["versions"].items()) + ".", ""]
         if fw["import_error"]:
             out += [f"**Import error**: `{_cell(fw['import_error'])}`", ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -51,6 +52,15 @@ def installed_versions(names: list[str]) -> dict:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def engine_fingerprint() -> str:
+    """A hash of the audit's source (sapo_lab/conformance/*.py): results from another version of the
+    audit are not comparable, so the matrix records which one produced each framework's row."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "sapo_lab" / "conformance").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def env_build(venv: Path) -> dict:
@@ -105,6 +115,7 @@ def run(key: str) -> dict:
         "function": adapter.FUNCTION,
         "import_error": import_error,
         "date": datetime.date.today().isoformat(),
+        "engine": engine_fingerprint(),
         "command": f"{Path(sys.executable).relative_to(ROOT) if sys.executable.startswith(str(ROOT)) else 'python'}"
                    f" -m conformance.run {key}",
         "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),

@@ -16,7 +16,7 @@ import pytest
 from conformance.aggregate import RESULTS, build, comparable, differences, load_raw
 from conformance.frameworks import FRAMEWORKS
 from conformance.matrix_md import render
-from conformance.run import pinned_packages
+from conformance.run import engine_fingerprint, pinned_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = json.loads((RESULTS / "matrix.json").read_text())
@@ -76,6 +76,14 @@ def test_versions_match_the_requirements_file(fw):
     assert set(recorded) == set(pinned_packages(ROOT / fw.requirements))
     for name, version in recorded.items():
         assert version.split("+")[0] == pins[name].split("+")[0], (fw.key, name, version, pins[name])
+
+
+def test_every_row_comes_from_the_current_audit():
+    """A change to sapo_lab/conformance without rerunning `make conformance` (rows measured by an older
+    audit, or by two different ones) fails here."""
+    engines = {f["framework"]: f.get("engine") for f in MATRIX["frameworks"]}
+    assert set(engines.values()) == {engine_fingerprint()}, (
+        f"audit source is {engine_fingerprint()}, the matrix has {engines}: rerun `make conformance`")
 
 
 def test_markdown_is_the_json_rendered():
