@@ -8,10 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEY=${1:?usage: bash conformance/build_env.sh KEY}
-read -r VENV REQ LAYERED < <(python3 -c "
+spec=$(python3 -c "
 import sys; sys.path.insert(0, '.')
 from conformance.frameworks import framework
-f = framework('$KEY'); print(f.venv, f.requirements, int(f.layered))")
+try:
+    f = framework(sys.argv[1])
+except ValueError as e:
+    sys.exit(f'error: {e}')
+print(f.venv, f.requirements, int(f.layered))" "$KEY")
+read -r VENV REQ LAYERED <<< "$spec"
 quiet() { grep -v "^WARNING: Location" || true; }  # pip's notes on this machine's empty local indexes
 
 record() {  # record VENV SECONDS

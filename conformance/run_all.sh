@@ -12,7 +12,7 @@ fi
 for key in "${keys[@]}"; do
     start=$(date +%s)
     bash conformance/build_env.sh "$key"
-    venv=$("$PY" -c "from conformance.frameworks import framework; print(framework('$key').venv)")
+    venv=$("$PY" -c "import sys; from conformance.frameworks import framework; print(framework(sys.argv[1]).venv)" "$key")
     OMP_NUM_THREADS=1 "$venv/bin/python" -m conformance.run "$key" --out results/conformance/raw
     echo "$key: environment and audit in $(( $(date +%s) - start )) s"
 done

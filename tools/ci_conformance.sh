@@ -16,7 +16,7 @@ trap 'rm -rf "$fresh"' EXIT
 for key in $FRAMEWORKS; do
     t0=$(date +%s)
     bash conformance/build_env.sh "$key"
-    venv=$(.venv/bin/python -c "from conformance.frameworks import framework; print(framework('$key').venv)")
+    venv=$(.venv/bin/python -c "import sys; from conformance.frameworks import framework; print(framework(sys.argv[1]).venv)" "$key")
     OMP_NUM_THREADS=1 "$venv/bin/python" -m conformance.run "$key" --out "$fresh"
     echo "conformance $key: $(( $(date +%s) - t0 )) s"
 done

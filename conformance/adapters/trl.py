@@ -34,7 +34,8 @@ def make_loss(function, options):
     from sapo_lab import build_char_tokenizer, build_model
 
     trainer_class, config_class, dataset_class = function
-    args = config_class(output_dir=tempfile.mkdtemp(prefix="conformance-trl-"), use_cpu=True, bf16=False,
+    output = tempfile.TemporaryDirectory(prefix="conformance-trl-")  # removed with the loss function
+    args = config_class(output_dir=output.name, use_cpu=True, bf16=False,
                         report_to="none", per_device_train_batch_size=4, num_generations=4, **options)
     trainer = trainer_class(model=build_model("cpu-micro", seed=0), args=args, processing_class=build_char_tokenizer(),
                             reward_funcs=lambda completions, **kw: [0.0] * len(completions),
@@ -43,6 +44,7 @@ def make_loss(function, options):
     trainer.model.train()
 
     def loss(logp, old_logp, advantages, mask):
+        assert output  # the trainer's output folder lives as long as this function
         trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp.detach()), None)
         ids = torch.zeros(mask.shape, dtype=torch.long)
         inputs = {"prompt_ids": ids[:, :1], "prompt_mask": torch.ones_like(ids[:, :1]), "completion_ids": ids,
