@@ -121,7 +121,11 @@ def render(matrix: dict) -> str:
             out += ["Not run: no raw result in results/conformance/raw/.", ""]
             continue
         env = fw.get("environment", {})
-        built = (f"built in {env['build_seconds']} s, {env['size_mb']} MB; " if "build_seconds" in env else "")
+        built = (f"built in {env['build_seconds']} s, {env['size_mb']} MB; " if "build_seconds" in env
+                 else f"{env['size_mb']} MB; " if "size_mb" in env else "")
+        base = env.get("torch_base", {})
+        if "build_seconds" in base:
+            built += f"shared torch base built in {base['build_seconds']} s, {base['size_mb']} MB; "
         out += [f"Function: `{fw['function']}`. Last run {fw['date']}: `{fw['command']}` ({built}"
                 f"import {env.get('import_seconds', '-')} s; audit source {fw.get('engine', '-')}).", "",
                 "Versions: " + ", ".join(f"{k} {v}" for k, v in fw["versions"].items()) + ".", ""]

@@ -27,6 +27,7 @@ from conformance.frameworks import framework
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPE = "float64"
+TORCH_BASE = "conformance/.venv-torch"  # build_env.sh's shared torch for layered environments
 
 
 def first_line(exc: BaseException) -> str:
@@ -119,7 +120,8 @@ def run(key: str) -> dict:
         "command": f"{Path(sys.executable).relative_to(ROOT) if sys.executable.startswith(str(ROOT)) else 'python'}"
                    f" -m conformance.run {key}",
         "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),
-        "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds},
+        "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds,
+                        **({"torch_base": env_build(ROOT / TORCH_BASE)} if fw.layered else {})},
         "settings": audit_settings(adapter, fw, function, import_error),
     }
 
