@@ -72,6 +72,7 @@ def load_target(target: str):
 
 
 def main_conformance(argv: list[str] | None = None) -> int:
+    """``python -m sapo_lab conformance TARGET``: print the report card; 0 pass, 1 differs, 2 usage error."""
     try:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
         for flag, tau in (("--tau-pos", args.tau_pos), ("--tau-neg", args.tau_neg)):

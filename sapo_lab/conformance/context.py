@@ -34,6 +34,7 @@ ROW_ORDER = (GRADIENT, FINITE_DIFFERENCES, ON_POLICY, GATE_SHAPE, TEMPERATURE_PO
 
 @dataclass
 class Context:
+    """What every probe needs: the adapter, the temperatures, the dtype, device and level, and the tolerances."""
     loss_fn: object
     tau_pos: float
     tau_neg: float
@@ -68,12 +69,15 @@ class Context:
 
 
 def error_row(prop: str, expected: str, message: str) -> Row:
+    """A row for a probe on which the adapter raised: the exception's first line is the measurement."""
     return Row(prop, expected, message, "error", "the loss raised on this probe")
 
 
 def verdict(ok: bool) -> str:
+    """``pass`` when the measured property agrees with the paper, else ``differs``."""
     return "pass" if ok else "differs"
 
 
 def fmt(x: float) -> str:
+    """A number in a row's text: six significant digits."""
     return f"{x:.6g}"

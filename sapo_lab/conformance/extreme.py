@@ -78,6 +78,7 @@ def _threshold(ctx: Context, sign: float, good: float, bad: float) -> tuple[floa
 
 
 def extreme_row(ctx: Context) -> Row:
+    """Extreme log-ratios: finite value and gradient, NaN, or a clamp, with the threshold found by bisection."""
     expected = f"finite, equal to the closed form at every |log r| <= {GRID[-1]:g} (no clamp)"
     findings, values, points = [], {}, {}
     for sign in (1.0, -1.0):

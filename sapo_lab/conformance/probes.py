@@ -104,6 +104,7 @@ def single_tokens(log_ratios: list, advantage: float) -> Batch:
 
 @dataclass
 class Measurement:
+    """One call of the adapter: its value, the gradients it produced, and the error if it raised."""
     value: float = math.nan
     grad: torch.Tensor | None = None  # d loss / d logp, float64, (B, T)
     old_grad: torch.Tensor | None = None  # d loss / d old_logp when requested
@@ -112,6 +113,7 @@ class Measurement:
 
 
 def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
     msg = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {msg[0]}" if msg else type(exc).__name__
 

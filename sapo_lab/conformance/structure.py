@@ -18,6 +18,7 @@ MIXED_ADVANTAGES = (1.0, 0.0, -0.5)  # a nonzero mean, so that re-centring insid
 
 
 def aggregation_row(ctx: Context) -> Row:
+    """How tokens are weighted across responses, identified from gradients on responses of different lengths."""
     expected = FAMILIES[PAPER_AGGREGATION][0]
     found = identify(ctx.loss_fn, ctx.dtype, ctx.device, ctx.tol.aggregation)
     shapes = "; ".join(f"lengths {list(ls)} padded to {T}" for ls, T in PROBE_SHAPES)
@@ -106,6 +107,7 @@ def level_row(ctx: Context) -> Row:
 
 
 def zero_advantage_row(ctx: Context) -> Row:
+    """Equal-reward groups and A = 0 tokens: a finite loss and a gradient exactly 0 on those tokens."""
     expected = "finite loss, gradient exactly 0 where A = 0"
     zs = [list(z) for z in ZERO_LOG_RATIOS]
     group = ctx.call(make_batch(zs, [0.0, 0.0, 0.0], 3))
@@ -131,6 +133,7 @@ def zero_advantage_row(ctx: Context) -> Row:
 
 
 def empty_rows(ctx: Context) -> tuple[Row, Row]:
+    """Two rows: a response with no tokens, and a batch with no tokens at all."""
     return _empty_response_row(ctx), _empty_batch_row(ctx)
 
 
