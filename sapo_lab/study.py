@@ -358,6 +358,35 @@ def _same_config(run_dir: str, cfg) -> bool:
     return saved == now
 
 
+def kernel_fingerprint() -> str:
+    """A hash of the exact bits of one cpu-tiny forward and backward pass on this machine.
+
+    CPUs with other vector units (AVX-512 or not) run other matmul kernels, whose float
+    results differ in the last bits; over a cold start's hundreds of updates that changes
+    sampled tokens. Runs reproduce bit for bit only where this fingerprint matches.
+    """
+    import hashlib
+
+    import torch
+
+    from .model import build_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # runs train on one thread; a second one sums in another order
+    try:
+        with torch.random.fork_rng():
+            model = build_model("cpu-tiny", seed=0)
+            ids = torch.arange(64).remainder(model.config.vocab_size).reshape(4, 16)
+            logits = model(ids, attention_mask=torch.ones_like(ids)).logits.float()
+            logits.logsumexp(-1).sum().backward()
+    finally:
+        torch.set_num_threads(threads)
+    digest = hashlib.sha256(logits.detach().numpy().tobytes())
+    for p in model.parameters():
+        digest.update(p.grad.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _environment() -> dict:
     import torch
 
@@ -385,6 +414,7 @@ def _environment() -> dict:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "kernel_fingerprint": kernel_fingerprint(),
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "argv": sys.argv,
     }

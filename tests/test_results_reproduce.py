@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sapo_lab.config import config_from_dict
+from sapo_lab.study import kernel_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX_STEPS = 10  # covers two dev evaluations (dev_every 5) and one gradient comparison (every 10)
@@ -26,6 +27,38 @@ TIMING = {"non_model_frac", "cached"}  # and whether the cold start came from a 
 # And one run of the confirmatory study (M = 8, a fresh seed): seed 12's cold start is its shortest
 # (360 SFT updates), so the check costs about a minute more.
 CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12")]
+
+
+def producer_kernels(study: str) -> tuple[set, set]:
+    """The kernel fingerprints a study ran on, and those it is known not to reproduce on.
+
+    From each invocation in ``environment.json`` and from ``kernel_fingerprint.json`` where a
+    study ran before the field existed. CPUs with other vector units sum in another order: over a
+    cold start's updates the sampled tokens change, so a committed run is checked only where it can
+    reproduce bit for bit.
+    """
+    base = ROOT / "results" / study
+    env = json.loads((base / "environment.json").read_text())["invocations"]
+    known = {inv["kernel_fingerprint"] for inv in env if inv.get("kernel_fingerprint")}
+    excluded = set()
+    extra = base / "kernel_fingerprint.json"
+    if extra.is_file():
+        record = json.loads(extra.read_text())
+        known |= {record["kernel_fingerprint"]} - {None}
+        excluded |= set(record.get("differs_from", []))
+    return known, excluded
+
+
+def checkable_here(study: str) -> bool:
+    known, excluded = producer_kernels(study)
+    here = kernel_fingerprint()
+    return (not known or here in known) and here not in excluded
+
+
+def test_some_committed_run_is_checked_on_this_machine():
+    """Every machine checks at least one committed run: the studies were produced on two kinds of CPU, and
+    a reproduction test that skipped everything would pass without checking anything."""
+    assert any(checkable_here(study) for study, _ in CHECKED), f"kernels {kernel_fingerprint()} match no study"
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +88,8 @@ def test_committed_run_prefix_reproduces(tmp_path, cold_start_cache, study, run_
     run = ROOT / "results" / study / "runs" / run_id
     if not (run / "metrics.jsonl").is_file():
         pytest.fail(f"{run} is not committed; the evidence chapters read it")
+    if not checkable_here(study):
+        pytest.skip(f"{study} ran on other CPU kernels than this machine's ({kernel_fingerprint()}): floats differ")
     from sapo_lab.trainer import train
 
     with open(run / "config.json") as f:
