@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paired import _noncentral_t_sf, compare, distinct, holm, t_quantile, trajectory_key
+from .paired import _noncentral_t_sf, compare, distinct, holm, smallest_n, t_quantile, trajectory_key
 from .study_results import Run, Study
 
 
@@ -201,14 +201,7 @@ def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float 
     The counterpart of :func:`sapo_lab.paired.paired_sample_size` for independent runs: ``sd`` is
     the spread of one method's runs over seeds, which keeps whatever the seeds share.
     """
-    if effect == 0:
-        raise ValueError("the effect to detect must be nonzero")
-    if not 0 < power < 1:
-        raise ValueError(f"power must be in (0, 1), got {power}")
-    for n in range(2, max_runs + 1):
-        if two_sample_t_power(n, effect, sd, alpha) >= power:
-            return n
-    raise ValueError(f"more than {max_runs} runs per method needed")
+    return smallest_n(lambda n: two_sample_t_power(n, effect, sd, alpha), effect, power, max_runs, "runs per method")
 
 
 # ---------------------------------------------------------------- collapse timing, rank correlation, split overlap

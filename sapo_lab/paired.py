@@ -208,14 +208,19 @@ def paired_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> flo
 
 def paired_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_pairs: int = 10000) -> int:
     """The fewest pairs whose two-sided paired t-test reaches ``power`` against ``effect`` (exact noncentral t)."""
+    return smallest_n(lambda n: paired_t_power(n, effect, sd, alpha), effect, power, max_pairs, "pairs")
+
+
+def smallest_n(power_at, effect: float, power: float, limit: int, unit: str) -> int:
+    """The fewest n >= 2 with ``power_at(n) >= power`` (``unit`` names n in the error when ``limit`` is passed)."""
     if effect == 0:
         raise ValueError("the effect to detect must be nonzero")
     if not 0 < power < 1:
         raise ValueError(f"power must be in (0, 1), got {power}")
-    for n in range(2, max_pairs + 1):
-        if paired_t_power(n, effect, sd, alpha) >= power:
+    for n in range(2, limit + 1):
+        if power_at(n) >= power:
             return n
-    raise ValueError(f"more than {max_pairs} pairs needed")
+    raise ValueError(f"more than {limit} {unit} needed")
 
 
 def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:
