@@ -324,3 +324,11 @@ def split_overlap(splits: dict) -> dict:
     return {"eval": len(splits["eval"]), "exact": sum(p.prompt in train for p in splits["eval"]),
             "additions": sum(t is not None for t in twins), "commuted": sum(t in train for t in twins if t),
             "answer": sum(final(p.answer) in answers for p in splits["eval"])}
+
+
+def cold_start_means(pairs: list[Pair], metric: str) -> dict[str, float]:
+    """The mean paired difference per cold start: pairs of one cold start share it, so each counts once."""
+    groups: dict[str, list[float]] = {}
+    for p in pairs:
+        groups.setdefault(p.method.cold_start_key, []).append(p.difference(metric))
+    return {k: sum(v) / len(v) for k, v in groups.items()}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sapo_lab.analysis import matched_pairs, pairs_in_study, primary_results
+from sapo_lab.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
 from sapo_lab.study import load_study, run_study
 from sapo_lab.study_results import load_study as read_study
 
@@ -164,3 +164,22 @@ def test_declared_plan_is_frozen_once_run_and_methods_filter(tmp_path):
     changed = _write(tmp_path, "s", {**decl, "analysis": {**plan, "alpha": 0.01}})
     with pytest.raises(ValueError, match="different declaration"):
         run_study(changed, str(tmp_path / "results"), methods=["sapo"])
+
+
+def test_cold_start_means_count_each_start_once():
+    # the committed stale SAPO-GRPO pairs: 21 pairs from 9 cold starts; grouping by seed (3 groups) or not
+    # grouping at all (21) are the plausible mistakes
+    names = ["main_comparison", "staleness", "staleness_long", "equal_search_budget", "negative_tokens",
+             "cost_of_conservatism", "suite_mix"]
+    studies = [read_study(n) for n in names]
+    pairs, _ = matched_pairs(
+        studies,
+        lambda c: c["loss"]["loss_type"] == "sapo" and c["loss"]["sapo_temperature_neg"] == 1.05,
+        lambda c: c["loss"]["loss_type"] == "grpo" and c["loss"]["epsilon"] == 0.2,
+        where=lambda c: c["optimization"]["steps_per_generation"] > 1,
+    )
+    means = cold_start_means(pairs, "final_pass1")
+    assert len(pairs) == 21 and len(means) == 9
+    seed0 = [p for p in pairs if p.study == "main_comparison" and p.seed == 0]
+    own = [p for p in pairs if p.method.cold_start_key == seed0[0].method.cold_start_key]
+    assert means[seed0[0].method.cold_start_key] == pytest.approx(sum(p.difference("final_pass1") for p in own) / len(own))
