@@ -1,4 +1,4 @@
-"""Cost of sapo_lab.diagnostics per call on the cpu-tiny model, next to one update's forward + backward.
+"""Cost of sapo_lab.objective.diagnostics per call on the cpu-tiny model, next to one update's forward + backward.
 
 Builds the ``cpu-tiny`` GPT-2 (1 torch thread, as the preset), samples one rollout batch of the
 preset's shape (32 prompts x G = 8, up to 5 tokens), gives it random 0/1 rewards so that most
@@ -26,10 +26,10 @@ import time
 import torch
 
 from sapo_lab import group_advantages, policy_loss
-from sapo_lab.diagnostics import step_diagnostics, token_sequence_gradient_comparison
-from sapo_lab.model import load_model_and_tokenizer, response_logprobs
-from sapo_lab.rollout import rollout
-from sapo_lab.task import make_problem
+from sapo_lab.objective.diagnostics import step_diagnostics, token_sequence_gradient_comparison
+from sapo_lab.tasks import make_problem
+from sapo_lab.training.model import load_model_and_tokenizer, response_logprobs
+from sapo_lab.training.rollout import rollout
 
 
 def timed(fn, repeats):

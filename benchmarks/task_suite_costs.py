@@ -6,7 +6,7 @@ Two measurements at cpu-tiny size, one torch thread:
   teacher-forced forward/backward/AdamW minibatches) for ``addition`` and for the
   long-output ``scratchpad_addition``; prints seconds per phase, three repetitions.
 * ``sft``: the cold start's supervised loop (same batch, learning rate and loss as
-  :mod:`sapo_lab.coldstart`) on ``scratchpad_addition``, with sampled dev Pass@1 every
+  :mod:`sapo_lab.training.cold_start`) on ``scratchpad_addition``, with sampled dev Pass@1 every
   100 updates, until it reaches 0.3.
 
     .venv/bin/python benchmarks/task_suite_costs.py step
@@ -23,12 +23,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from sapo_lab.breakdown import score_problems
-from sapo_lab.coldstart import sft_batch
-from sapo_lab.model import build_model, position_ids_from_mask, response_logprobs
-from sapo_lab.rollout import encode_prompts, sample
-from sapo_lab.task_suite import ReversedAddition, ScratchpadAddition
-from sapo_lab.tokenizer import build_char_tokenizer
+from sapo_lab.studies.per_family import score_problems
+from sapo_lab.tasks.suite import ReversedAddition, ScratchpadAddition
+from sapo_lab.training.cold_start import sft_batch
+from sapo_lab.training.model import build_model, position_ids_from_mask, response_logprobs
+from sapo_lab.training.rollout import encode_prompts, sample
+from sapo_lab.training.tokenizer import build_char_tokenizer
 
 
 def step_cost(task, repeats: int = 3) -> None:

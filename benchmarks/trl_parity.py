@@ -2,7 +2,7 @@
 
 Both start from one cold-start checkpoint (made once, saved to ``WORK/cold_start``), train the
 same config (``--config`` plus ``--max-steps``, no wall-clock guard so both do every step) and
-are scored by the same evaluator (``sapo_lab.trainer.held_out_eval`` on the untouched eval
+are scored by the same evaluator (``sapo_lab.training.trainer.held_out_eval`` on the untouched eval
 split, with the seeds ``sapo_lab train`` uses). The TRL side runs the files that
 ``python -m sapo_lab export-trl`` writes. Prints a table and writes ``WORK/parity.json``;
 the last line is ``mean_gain_sapo_lab=... mean_gain_trl=...``.
@@ -29,11 +29,11 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from sapo_lab.coldstart import get_cold_start, save_pretrained_atomic  # noqa: E402
-from sapo_lab.config import load_config  # noqa: E402
 from sapo_lab.integrations.trl_export import export  # noqa: E402
-from sapo_lab.model import load_model_and_tokenizer  # noqa: E402
-from sapo_lab.trainer import held_out_eval, splits_for  # noqa: E402
+from sapo_lab.training.cold_start import get_cold_start, save_pretrained_atomic  # noqa: E402
+from sapo_lab.training.config import load_config  # noqa: E402
+from sapo_lab.training.model import load_model_and_tokenizer  # noqa: E402
+from sapo_lab.training.trainer import held_out_eval, splits_for  # noqa: E402
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t, two-sided 95%
 

@@ -31,10 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from sapo_lab.coldstart import get_cold_start  # noqa: E402
-from sapo_lab.config import load_config  # noqa: E402
-from sapo_lab.task import splits_for  # noqa: E402
-from sapo_lab.trainer import train  # noqa: E402
+from sapo_lab.tasks import splits_for  # noqa: E402
+from sapo_lab.training.cold_start import get_cold_start  # noqa: E402
+from sapo_lab.training.config import load_config  # noqa: E402
+from sapo_lab.training.trainer import train  # noqa: E402
 
 
 def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advantage: bool = True,

@@ -1,13 +1,17 @@
 """SAPO Lab: Soft Adaptive Policy Optimization, implemented to be checked.
 
-The loss library (gates, clip, advantages, masks, losses, audit) is pure torch;
-the training stack (model, task, rollout, trainer, cli) builds on it.
+Layers, lowest first (``sapo_lab.layers`` states which may import which):
+``objective`` (the loss library, pure torch), ``tasks`` (prompts and verifiers),
+``training`` (model, rollouts, the trainer), ``studies`` (declared experiments and
+their paired analysis), ``integrations`` (TRL), ``conformance`` (auditing other
+frameworks' SAPO), ``viz`` (the book's figures) and ``cli`` on top.
 """
 
-from .advantages import group_advantages
-from .audit import AuditTable, gradient_audit
-from .clip import clip_is_active, ppo_clip_derivative, ppo_clip_surrogate
-from .gates import (
+from ._version import __version__
+from .objective.advantages import group_advantages
+from .objective.audit import AuditTable, gradient_audit
+from .objective.clip import clip_is_active, ppo_clip_derivative, ppo_clip_surrogate
+from .objective.gates import (
     centered_soft_gate,
     gate_weight,
     log_gate_weight,
@@ -15,20 +19,21 @@ from .gates import (
     soft_gate,
     update_coefficient,
 )
-from .losses import LOSS_TYPES, PolicyLossOutput, policy_loss, sapo_token_surrogate
-from .masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
+from .objective.losses import LOSS_TYPES, PolicyLossOutput, policy_loss, sapo_token_surrogate
+from .objective.masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
 
 # The training stack imports transformers, which is slow to load; the loss library does not
 # need it, so these names are resolved on first use (PEP 562). The sampling function stays
-# sapo_lab.rollout.rollout: the name sapo_lab.rollout is the submodule.
+# sapo_lab.training.rollout.rollout.
 _LAZY = {
-    "TrainConfig": "config", "load_config": "config",
-    "evaluate": "evaluation", "pass_at_k": "evaluation",
-    "build_model": "model", "load_model_and_tokenizer": "model", "response_logprobs": "model",
-    "Episode": "rollout", "MiniBatch": "rollout", "RolloutBatch": "rollout",
-    "make_splits": "task", "verify": "task",
-    "build_char_tokenizer": "tokenizer",
-    "train": "trainer",
+    "TrainConfig": "training.config", "load_config": "training.config",
+    "evaluate": "training.evaluation", "pass_at_k": "training.evaluation",
+    "build_model": "training.model", "load_model_and_tokenizer": "training.model",
+    "response_logprobs": "training.model",
+    "Episode": "training.rollout", "MiniBatch": "training.rollout", "RolloutBatch": "training.rollout",
+    "make_splits": "tasks", "verify": "tasks",
+    "build_char_tokenizer": "training.tokenizer",
+    "train": "training.trainer",
 }
 
 
@@ -42,9 +47,9 @@ def __getattr__(name):
     raise AttributeError(f"module 'sapo_lab' has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
 
 __all__ = [
+    "__version__",
     "Episode",
     "MiniBatch",
     "RolloutBatch",

@@ -13,9 +13,9 @@ import os
 import sys
 import time
 
-from .config import load_config
 from .errors import NonFiniteError, TrainingDiverged
 from .integrations.trl_export import add_export_trl_parser, export_trl_command  # hook: export-trl
+from .training.config import load_config
 
 
 class UsageError(ValueError):
@@ -118,11 +118,11 @@ def _default_dir(command: str, cfg) -> str:
 
 def cmd_train(args, overrides) -> int:
     """``train``: cold start, then RL; prints the summary table."""
-    from .trainer import train
+    from .training.trainer import train
 
     cfg = load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
-    from .rundir import requested_keys
+    from .training.run_folder import requested_keys
 
     # On --resume only what the user typed is compared with the saved config.
     resume_keys = requested_keys(args.config if args.config_given else None, overrides)
@@ -137,10 +137,10 @@ def cmd_train(args, overrides) -> int:
 def _model_for(args, cfg):
     import torch
 
-    from .coldstart import get_cold_start
-    from .device import resolve_device
-    from .model import load_model_and_tokenizer
-    from .task import splits_for, task_for
+    from .tasks import splits_for, task_for
+    from .training.cold_start import get_cold_start
+    from .training.device import resolve_device
+    from .training.model import load_model_and_tokenizer
 
     device = resolve_device(cfg.device)
     task = task_for(cfg)
@@ -156,7 +156,7 @@ def _model_for(args, cfg):
 
 def cmd_eval(args, overrides) -> int:
     """``eval``: held-out Pass@1, pass@k and greedy accuracy of a model on one split."""
-    from .evaluation import held_out_eval
+    from .training.evaluation import held_out_eval
 
     cfg = load_config(args.config, overrides)
     model, tok, splits, task = _model_for(args, cfg)
@@ -180,7 +180,7 @@ def cmd_sample(args, overrides) -> int:
     """``sample``: print a few sampled answers with the verifier's verdicts."""
     import torch
 
-    from .rollout import rollout
+    from .training.rollout import rollout
 
     cfg = load_config(args.config, overrides)
     if args.num < 1:
@@ -204,7 +204,7 @@ def cmd_sample(args, overrides) -> int:
 
 def cmd_compare(args, overrides) -> int:
     """``compare``: train every loss type x seed, then write and print one results table."""
-    from .trainer import train
+    from .training.trainer import train
 
     loss_types = [s for s in args.loss_types.split(",") if s]
     try:
@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     traceback (``SAPO_LAB_DEBUG=1`` shows tracebacks for user errors too).
     """
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["study"]:  # declared, resumable studies: sapo_lab/study.py has its own parser
-        from .study import main_study
+    if argv[:1] == ["study"]:  # declared, resumable studies: sapo_lab/studies/study.py has its own parser
+        from .studies.study import main_study
 
         return main_study(argv[1:])
     if argv[:1] == ["conformance"]:  # audit a user's SAPO loss: sapo_lab/conformance/cli.py has its own parser

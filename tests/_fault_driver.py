@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 
-import sapo_lab.checkpoint as checkpoint_mod
-from sapo_lab.task import AdditionTask
+import sapo_lab.training.checkpoint as checkpoint_mod
+from sapo_lab.tasks import AdditionTask
 
 
 def parity_reward(text, finished, problem):

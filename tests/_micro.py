@@ -24,6 +24,6 @@ MICRO = {
 
 
 def micro(**extra):
-    from sapo_lab.config import load_config
+    from sapo_lab.training.config import load_config
 
     return load_config("cpu-tiny", {**MICRO, **extra})

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from sapo_lab.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
-from sapo_lab.study import load_study, run_study
-from sapo_lab.study_results import load_study as read_study
+from sapo_lab.studies.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
+from sapo_lab.studies.results import load_study as read_study
+from sapo_lab.studies.study import load_study, run_study
 
 PLAN = {
     "declared": "before running",

@@ -1,4 +1,4 @@
-"""Collapse timing, within-group rank correlation and split overlap (sapo_lab.analysis), for chapter 14."""
+"""Collapse timing, within-group rank correlation and split overlap (sapo_lab.studies.analysis), for chapter 14."""
 
 import itertools
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from sapo_lab.analysis import flag_time, split_overlap, survival_table, within_group_spearman
-from sapo_lab.task import Problem, make_task
+from sapo_lab.studies.analysis import flag_time, split_overlap, survival_table, within_group_spearman
+from sapo_lab.tasks import Problem, make_task
 
 
 def test_survival_table_hand_worked_with_censoring():

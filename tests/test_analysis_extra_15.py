@@ -1,12 +1,12 @@
-"""Sample sizes for unpaired and paired designs (sapo_lab.analysis), against scipy and hand-worked cases."""
+"""Sample sizes for unpaired and paired designs (sapo_lab.studies.analysis), against scipy and hand-worked cases."""
 
 import math
 
 import pytest
 from scipy import stats
 
-from sapo_lab.analysis import pooled_sd, two_sample_size, two_sample_t_power
-from sapo_lab.paired import paired_sample_size
+from sapo_lab.studies.analysis import pooled_sd, two_sample_size, two_sample_t_power
+from sapo_lab.studies.paired import paired_sample_size
 
 
 def test_pooled_sd_removes_each_groups_own_mean():

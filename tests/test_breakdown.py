@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sapo_lab.breakdown import ScoredPrompt, breakdown, mean_pass_at_k, score_problems, weighted_pass1
+from sapo_lab.studies.per_family import ScoredPrompt, breakdown, mean_pass_at_k, score_problems, weighted_pass1
 
 
 def _records(seed=0, n=60):
@@ -83,9 +83,9 @@ def test_weights_must_match_the_families():
 
 
 def test_score_problems_uses_the_tasks_verifier():
-    from sapo_lab.model import build_model
-    from sapo_lab.task_suite import MixedSuite
-    from sapo_lab.tokenizer import build_char_tokenizer
+    from sapo_lab.tasks.suite import MixedSuite
+    from sapo_lab.training.model import build_model
+    from sapo_lab.training.tokenizer import build_char_tokenizer
 
     suite = MixedSuite(families={"sorting": {}, "reversal": {}})
     tok = build_char_tokenizer(suite.alphabet)

@@ -4,8 +4,8 @@ import os
 import pytest
 import torch
 
-from sapo_lab.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from sapo_lab.model import build_model
+from sapo_lab.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sapo_lab.training.model import build_model
 
 
 def _model_and_opt(seed):

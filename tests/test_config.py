@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from sapo_lab.config import PRESETS, TrainConfig, config_from_dict, leaf_keys, load_config, resolve_key
+from sapo_lab.training.config import PRESETS, TrainConfig, config_from_dict, leaf_keys, load_config, resolve_key
 
 
 def test_presets_load_and_default_is_cpu_tiny():

@@ -2,7 +2,7 @@
 
 Each wrong implementation below changes one thing in a plain SAPO loss (``plain_sapo``: the
 sigmoid gate through autograd, per-response mean, as a framework would write it) or comes from
-``sapo_lab.mistakes``; the test asserts WHICH row flags it (the mistake each one plants is
+``sapo_lab.objective.planted_mistakes``; the test asserts WHICH row flags it (the mistake each one plants is
 its docstring):
 
 * scale: 4/tau missing; sigmoid without the factor 4; advantage sign flipped; |A| used; loss
@@ -363,7 +363,7 @@ WRONG = {
 
 
 def test_every_mistake_in_sapo_lab_mistakes_is_audited():
-    """A mistake added to sapo_lab.mistakes without a case here would go unchecked."""
+    """A mistake added to sapo_lab.objective.planted_mistakes without a case here would go unchecked."""
     audited = {getattr(impl, "func", impl) for impl, *_ in WRONG.values()}
     assert set(mistakes.WRONG_IMPLEMENTATIONS.values()) <= audited
 

@@ -1,4 +1,4 @@
-"""sapo_lab.diagnostics against independent computations: loops, numpy, per-token autograd, the review's example."""
+"""sapo_lab.objective.diagnostics against independent computations: loops, numpy, per-token autograd, the review's example."""
 
 import math
 import statistics
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sapo_lab import mask_from_lengths, policy_loss
-from sapo_lab.diagnostics import (
+from sapo_lab.objective.diagnostics import (
     advantage_sign_counts,
     cosine,
     entropy_stats,
@@ -317,7 +317,8 @@ def test_cosine_low_norm_convention():
 
 
 def test_diagnostics_import_no_training_stack():
-    code = ("import sys, sapo_lab.diagnostics; bad = [m for m in ('sapo_lab.trainer', 'sapo_lab.cli', 'transformers') "
+    code = ("import sys, sapo_lab.objective.diagnostics; "
+            "bad = [m for m in ('sapo_lab.training.trainer', 'sapo_lab.cli', 'transformers') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

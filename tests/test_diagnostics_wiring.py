@@ -11,7 +11,7 @@ import pytest
 import torch
 from _micro import micro
 
-from sapo_lab.trainer import Trainer
+from sapo_lab.training.trainer import Trainer
 
 TIMING = ("step_s", "elapsed_s", "non_model_frac", "diagnostics_s", "total_elapsed_s")
 
@@ -29,7 +29,7 @@ def test_gradient_comparison_fires_on_the_configured_steps_and_last_minibatch(tm
     """Catches: the interval ignored (every step / never), the wrong minibatch (the first one is on-policy,
     where token and sequence gradients coincide), the loss values not forwarded, GSPO passed through
     (the comparison needs its token-level twin, GRPO's clip)."""
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     calls = []
     real = update_mod.token_sequence_gradient_comparison
@@ -41,7 +41,7 @@ def test_gradient_comparison_fires_on_the_configured_steps_and_last_minibatch(tm
     monkeypatch.setattr(update_mod, "token_sequence_gradient_comparison", spy)
     minibatch_ids = []
     real_update = update_mod.minibatch_update
-    import sapo_lab.trainer as trainer_mod
+    import sapo_lab.training.trainer as trainer_mod
 
     def update_spy(*args, compare_gradients=False, **kwargs):
         minibatch_ids.append((kwargs["where"], compare_gradients))
@@ -81,7 +81,7 @@ def test_pooled_ratio_quantiles_are_over_every_trained_token(tmp_path, monkeypat
     """Catches: averaging the K minibatches' quantiles instead of pooling their tokens, quantiles of
     the first minibatch only (all ones: on-policy), padding tokens counted, and at sequence level
     the token ratios reported instead of the sequence ratio the loss used."""
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     seen = []
     real = update_mod.policy_loss
@@ -113,7 +113,7 @@ def test_pooled_ratio_quantiles_are_over_every_trained_token(tmp_path, monkeypat
 
 def test_signal_split_reaches_the_row_as_the_minibatch_mean(tmp_path, monkeypatch):
     """Catches: a split key missing from the averaged list (silently dropped) or taken from one minibatch."""
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     stats = []
     real = update_mod.policy_loss

@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from sapo_lab.evaluation import evaluate, mean_ci, pass_at_k
-from sapo_lab.model import build_model
-from sapo_lab.task import make_splits, verify
-from sapo_lab.tokenizer import build_char_tokenizer
+from sapo_lab.tasks import make_splits, verify
+from sapo_lab.training.evaluation import evaluate, mean_ci, pass_at_k
+from sapo_lab.training.model import build_model
+from sapo_lab.training.tokenizer import build_char_tokenizer
 
 
 @pytest.mark.parametrize("n,c,k", [(4, 0, 1), (4, 1, 1), (4, 2, 2), (5, 3, 4), (6, 6, 3), (6, 1, 6)])

@@ -21,8 +21,8 @@ from _fault_driver import use_parity_reward
 from _micro import MICRO
 
 import sapo_lab
-from sapo_lab.checkpoint import select_checkpoint, verify_checkpoint
 from sapo_lab.cli import main
+from sapo_lab.training.checkpoint import select_checkpoint, verify_checkpoint
 
 TIME_KEYS = {"step_s", "non_model_frac", "elapsed_s", "dev_eval_s"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sapo_lab.__file__)))
@@ -352,7 +352,7 @@ def test_resume_with_another_config_file_compares_all_of_it(copy, tmp_path, caps
 def test_divergence_after_a_checkpoint_keeps_it_and_resume_continues(base, tmp_path, capsys, monkeypatch):
     import torch
 
-    from sapo_lab.trainer import Trainer
+    from sapo_lab.training.trainer import Trainer
 
     real_step = Trainer.train_step
 
@@ -458,8 +458,8 @@ def test_sigint_checkpoints_and_exits_130_then_resume_reproduces(base, tmp_path,
 def test_checkpoint_files_are_fsynced_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
     import torch
 
-    import sapo_lab.checkpoint as ck
-    from sapo_lab.model import build_model
+    import sapo_lab.training.checkpoint as ck
+    from sapo_lab.training.model import build_model
 
     events = []
     real_fsync, real_rename = os.fsync, os.rename

@@ -7,7 +7,7 @@ import sympy as sp
 import torch
 
 from sapo_lab import mask_from_lengths, policy_loss
-from sapo_lab.kernels import (
+from sapo_lab.objective.kernels import (
     directional_gate_weight,
     directional_surrogate,
     gaussian_gate_weight,
@@ -15,7 +15,7 @@ from sapo_lab.kernels import (
     gaussian_width,
     sapo_half_width,
 )
-from sapo_lab.losses import LOSS_TYPES, SIGNAL_CELLS
+from sapo_lab.objective.losses import LOSS_TYPES, SIGNAL_CELLS
 
 KERNELS = ("sapo", "grpo", "sapo_directional", "gauss")
 
@@ -324,7 +324,7 @@ def test_new_loss_types_are_offered_and_bad_options_still_raise():
 # --- config and training wiring --------------------------------------------------------------------
 
 def test_config_accepts_every_loss_type_and_rejects_others():
-    from sapo_lab.config import load_config
+    from sapo_lab.training.config import load_config
 
     for kind in LOSS_TYPES:
         assert load_config("cpu-tiny", {"loss_type": kind}).loss.loss_type == kind
@@ -336,8 +336,8 @@ def test_config_accepts_every_loss_type_and_rejects_others():
 def test_micro_training_run_uses_the_new_kernel(tmp_path, monkeypatch, kind):
     from _micro import micro
 
-    import sapo_lab.trainer as trainer_mod
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.trainer as trainer_mod
+    import sapo_lab.training.update as update_mod
 
     torch.set_default_dtype(torch.float32)  # the trainer's own dtype
     seen = []

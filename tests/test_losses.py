@@ -16,7 +16,7 @@ from sapo_lab import (
     policy_loss,
     update_coefficient,
 )
-from sapo_lab.mistakes import WRONG_IMPLEMENTATIONS
+from sapo_lab.objective.planted_mistakes import WRONG_IMPLEMENTATIONS
 
 
 @pytest.fixture(autouse=True)

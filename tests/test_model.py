@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from sapo_lab.model import (
+from sapo_lab.training.model import (
     MODEL_SIZES,
     build_model,
     count_parameters,
@@ -10,7 +10,7 @@ from sapo_lab.model import (
     position_ids_from_mask,
     response_logprobs,
 )
-from sapo_lab.tokenizer import build_char_tokenizer
+from sapo_lab.training.tokenizer import build_char_tokenizer
 
 
 def test_char_tokenizer_roundtrip_and_special_tokens(tmp_path):
@@ -72,8 +72,8 @@ def test_foreign_checkpoint_without_pad_token_gets_one(tmp_path):
     GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=32)).save_pretrained(tmp_path)
     model, t = load_model_and_tokenizer(str(tmp_path))
     assert t.pad_token_id == t.eos_token_id == 0 and t.padding_side == "left"
-    from sapo_lab.rollout import rollout
-    from sapo_lab.task import make_problem, verify
+    from sapo_lab.tasks import make_problem, verify
+    from sapo_lab.training.rollout import rollout
 
     batch = rollout(
         model,

@@ -1,4 +1,4 @@
-"""sapo_lab.paired against scipy (a test-only reference) and hand-worked cases."""
+"""sapo_lab.studies.paired against scipy (a test-only reference) and hand-worked cases."""
 
 import json
 import math

@@ -1,6 +1,6 @@
 import json
 
-from sapo_lab.plots import plot_training_curves, read_metrics
+from sapo_lab.viz.plots import plot_training_curves, read_metrics
 
 
 def test_training_curves_from_metrics_file(tmp_path):

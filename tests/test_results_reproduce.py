@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_lab.config import config_from_dict
-from sapo_lab.study import kernel_fingerprint
+from sapo_lab.studies.study import kernel_fingerprint
+from sapo_lab.training.config import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX_STEPS = 10  # covers two dev evaluations (dev_every 5) and one gradient comparison (every 10)
@@ -90,7 +90,7 @@ def test_committed_run_prefix_reproduces(tmp_path, cold_start_cache, study, run_
         pytest.fail(f"{run} is not committed; the evidence chapters read it")
     if not checkable_here(study):
         pytest.skip(f"{study} ran on other CPU kernels than this machine's ({kernel_fingerprint()}): floats differ")
-    from sapo_lab.trainer import train
+    from sapo_lab.training.trainer import train
 
     with open(run / "config.json") as f:
         saved = json.load(f)

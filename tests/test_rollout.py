@@ -2,10 +2,10 @@ import pytest
 import torch
 
 from sapo_lab import group_advantages, policy_loss
-from sapo_lab.model import build_model, response_logprobs
-from sapo_lab.rollout import RolloutBatch, rollout, sample
-from sapo_lab.task import make_splits, verify
-from sapo_lab.tokenizer import build_char_tokenizer
+from sapo_lab.tasks import make_splits, verify
+from sapo_lab.training.model import build_model, response_logprobs
+from sapo_lab.training.rollout import RolloutBatch, rollout, sample
+from sapo_lab.training.tokenizer import build_char_tokenizer
 
 
 @pytest.fixture(scope="module")

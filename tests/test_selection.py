@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from sapo_lab.selection import (
+from sapo_lab.studies.checkpoint_rules import (
     CheckpointMissing,
     load_weights,
     read_metrics,
@@ -94,7 +94,7 @@ def test_damaged_metrics_are_refused(tmp_path):
 
 
 def test_snapshot_roundtrip_loads_that_steps_weights(tmp_path):
-    from sapo_lab.model import load_model_and_tokenizer
+    from sapo_lab.training.model import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer("cpu-micro", seed=0)
     run = tmp_path / "run"

@@ -46,11 +46,11 @@ def test_student_copy_stubs_solutions_keeps_everything_else_and_round_trips(writ
 
 
 # Run inside the notebook's kernel after the cells before the first stub: change every control of every live
-# explorer (sapo_lab.explore.LIVE_EXPLORERS) and check that the callback ran again, with the new value, without
+# explorer (sapo_lab.viz.explore.LIVE_EXPLORERS) and check that the callback ran again, with the new value, without
 # an error and with a different result or output; then put the control back.
 DRIVE_EXPLORERS = r"""
 import json
-from sapo_lab.explore import LIVE_EXPLORERS
+from sapo_lab.viz.explore import LIVE_EXPLORERS
 
 _report = []
 for _ex in LIVE_EXPLORERS:

@@ -8,7 +8,7 @@ import os
 import pytest
 from _micro import MICRO
 
-from sapo_lab.study import collapse_verdict, expand_runs, load_study, main_study, run_study
+from sapo_lab.studies.study import collapse_verdict, expand_runs, load_study, main_study, run_study
 
 BASE = {k: v for k, v in MICRO.items() if k not in ("optimization.max_steps", "max_train_time_s")}
 
@@ -54,7 +54,7 @@ def test_tiny_study_interrupt_resume_and_skip(tmp_path, monkeypatch):
     with open(os.path.join(runs, "grpo_seed0", "metrics.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f] == [1, 2, 3]  # step 3 redone once, not duplicated
 
-    import sapo_lab.trainer as trainer_mod
+    import sapo_lab.training.trainer as trainer_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
@@ -158,8 +158,8 @@ def test_grid_expansion_and_cli(tmp_path, capsys):
 
 def test_declared_studies_resolve():
     """Every experiments/*.json parses and every one of its configs validates (where this branch has its features)."""
-    from sapo_lab.config import leaf_keys
-    from sapo_lab.losses import LOSS_TYPES
+    from sapo_lab.objective.losses import LOSS_TYPES
+    from sapo_lab.training.config import leaf_keys
 
     paths = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "experiments", "*.json")))
     assert len(paths) >= 5, "the issue's five studies are declared"

@@ -1,6 +1,6 @@
 import pytest
 
-from sapo_lab.task import REASONS, make_problem, make_splits, verify
+from sapo_lab.tasks import REASONS, make_problem, make_splits, verify
 
 
 def test_problem_format():

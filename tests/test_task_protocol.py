@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import pytest
 from _micro import micro
 
-from sapo_lab.config import load_config
-from sapo_lab.task import AdditionTask, Problem, Task, make_task, register_task, splits_for
-from sapo_lab.trainer import Trainer, train
+from sapo_lab.tasks import AdditionTask, Problem, Task, make_task, register_task, splits_for
+from sapo_lab.training.config import load_config
+from sapo_lab.training.trainer import Trainer, train
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def test_a_task_defined_in_a_test_file_trains_three_steps(tmp_path):
     # Every verdict is EchoTask's: the addition verifier would call letters "invalid".
     assert set().union(*(r["reasons"] for r in rows)) <= {"correct", "echo-wrong", "truncated"}
     assert set(summary["final_eval"]["reasons"]) <= {"correct", "echo-wrong", "truncated"}
-    from sapo_lab.model import load_model_and_tokenizer
+    from sapo_lab.training.model import load_model_and_tokenizer
 
     _, saved_tok = load_model_and_tokenizer(os.path.join(run, "final_model"))
     assert len(saved_tok) == 3 + len(EchoTask.alphabet)  # the char tokenizer is built from task.alphabet
@@ -73,11 +73,11 @@ def test_make_task_builds_and_refuses_with_one_line_errors():
     for name, options, match in [
         ("nope", None, "unknown task.name 'nope'"),
         ("no_such_module:X", None, "cannot import module 'no_such_module'"),
-        ("sapo_lab.task:Nope", None, "has no attribute 'Nope'"),
+        ("sapo_lab.tasks:Nope", None, "has no attribute 'Nope'"),
         ("addition", {"digits": 3}, "task.options"),
         ("addition", {"max_digits": 12}, "task.options"),
-        ("sapo_lab.task:REASONS", None, "not a class or a callable"),
-        ("sapo_lab.task:count_carries", {"a": 1, "b": 2}, "does not implement the Task protocol"),
+        ("sapo_lab.tasks:REASONS", None, "not a class or a callable"),
+        ("sapo_lab.tasks:count_carries", {"a": 1, "b": 2}, "does not implement the Task protocol"),
     ]:
         with pytest.raises(ValueError, match=match) as info:
             make_task(name, options)
@@ -112,7 +112,7 @@ def test_splits_outside_the_alphabet_or_overlapping_are_refused():
 
 
 def test_cold_start_key_includes_the_task():
-    from sapo_lab.coldstart import cold_start_key
+    from sapo_lab.training.cold_start import cold_start_key
 
     base = micro()
     assert cold_start_key(base) != cold_start_key(micro(**{"task.options.max_digits": 3}))

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from sapo_lab.task import Problem
-from sapo_lab.task_suite import (
+from sapo_lab.tasks import Problem
+from sapo_lab.tasks.suite import (
     FAMILIES,
     REASONS,
     SUITE_TASKS,
@@ -99,7 +99,7 @@ def test_scratchpad_trace_is_column_arithmetic():
 
 
 def test_long_output_family_fits_the_cpu_models():
-    from sapo_lab.model import MODEL_SIZES
+    from sapo_lab.training.model import MODEL_SIZES
 
     t = ScratchpadAddition()
     lengths = {len(p.answer) for s in t.make_splits(0, **SIZES).values() for p in s}

@@ -5,7 +5,7 @@ import pytest
 import torch
 from _micro import micro
 
-from sapo_lab.trainer import TrainingDiverged, learning_rate_at, train
+from sapo_lab.training.trainer import TrainingDiverged, learning_rate_at, train
 
 TIME_KEYS = {"step_s", "non_model_frac", "elapsed_s", "dev_eval_s"}
 
@@ -124,7 +124,7 @@ def test_learning_rate_schedules():
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     real = update_mod.policy_loss
     calls = {"n": 0}
@@ -150,7 +150,7 @@ def test_time_limit_finishes_the_run_with_a_summary(tmp_path):
 
 @pytest.mark.parametrize("aggregation", ["per_response", "token_pool"])
 def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, aggregation):
-    from sapo_lab.trainer import Trainer
+    from sapo_lab.training.trainer import Trainer
 
     params = []
     for skip in (True, False):

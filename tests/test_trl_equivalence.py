@@ -21,10 +21,10 @@ from tests._trl import require_trl
 trl = require_trl()
 
 from sapo_lab.integrations.trl import TESTED_TRL_VERSION, reward_function, to_dataset, to_grpo_config  # noqa: E402
-from sapo_lab.losses import policy_loss  # noqa: E402
-from sapo_lab.model import build_model, response_logprobs  # noqa: E402
-from sapo_lab.tokenizer import build_char_tokenizer  # noqa: E402
-from sapo_lab.trainer import splits_for  # noqa: E402
+from sapo_lab.objective.losses import policy_loss  # noqa: E402
+from sapo_lab.training.model import build_model, response_logprobs  # noqa: E402
+from sapo_lab.training.tokenizer import build_char_tokenizer  # noqa: E402
+from sapo_lab.training.trainer import splits_for  # noqa: E402
 
 TOL = 1e-12
 RESULTS: dict = {}

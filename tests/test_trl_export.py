@@ -15,8 +15,8 @@ require_trl()
 
 from sapo_lab.integrations.trl import to_grpo_config  # noqa: E402
 from sapo_lab.integrations.trl_export import export  # noqa: E402
-from sapo_lab.model import build_model  # noqa: E402
-from sapo_lab.tokenizer import build_char_tokenizer  # noqa: E402
+from sapo_lab.training.model import build_model  # noqa: E402
+from sapo_lab.training.tokenizer import build_char_tokenizer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from sapo_lab.config import leaf_keys
 from sapo_lab.integrations import trl as m
+from sapo_lab.training.config import leaf_keys
 from tests._micro import micro
 
 
@@ -64,7 +64,7 @@ def test_refused_values_name_the_key(override, key):
 
 
 def test_reward_function_uses_the_verifier_and_counts_reasons():
-    from sapo_lab.task import make_problem
+    from sapo_lab.tasks import make_problem
 
     p = make_problem(47, 85, 2)
     rows = [m.problem_to_row(p)] * 3
@@ -79,7 +79,7 @@ def test_reward_function_uses_the_verifier_and_counts_reasons():
 
 
 def test_chat_rows_hold_messages():
-    from sapo_lab.task import make_problem
+    from sapo_lab.tasks import make_problem
 
     row = m.problem_to_row(make_problem(1, 2, 1), "chat")
     assert row["prompt"] == [{"role": "user", "content": "1+2="}]

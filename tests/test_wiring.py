@@ -8,9 +8,9 @@ import pytest
 import torch
 from _micro import micro
 
-from sapo_lab.losses import kl_to_reference, policy_loss
-from sapo_lab.model import response_logprobs
-from sapo_lab.trainer import Trainer
+from sapo_lab.objective.losses import kl_to_reference, policy_loss
+from sapo_lab.training.model import response_logprobs
+from sapo_lab.training.trainer import Trainer
 
 MUTATIONS = {
     "swap tau_pos/tau_neg in LossConfig.policy_loss_kwargs": "test_every_configured_loss_value_reaches_policy_loss",
@@ -27,7 +27,7 @@ def _parity(text, finished, problem):
 
 
 def test_every_configured_loss_value_reaches_policy_loss(tmp_path, monkeypatch):
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     calls = []
     real = update_mod.policy_loss
@@ -105,15 +105,15 @@ def test_signal_removed_matches_the_gate_weights():
 
 def test_logged_entropy_is_the_sampling_distributions(tmp_path):
     t = Trainer(micro(max_steps=1, temperature=0.7), str(tmp_path), log=lambda m: None, progress=False)
-    from sapo_lab.device import ModelTimer
+    from sapo_lab.training.device import ModelTimer
 
     batch = t.collect_rollout(ModelTimer(t.device))
     _, ent = response_logprobs(t.model, batch.input_ids, batch.attention_mask, batch.response_mask, temperature=0.7,
                                return_entropy=True)
     cm = batch.completion_mask.bool()
     torch.testing.assert_close(batch.entropy[cm], ent[cm], atol=1e-5, rtol=1e-5)
-    from sapo_lab.metrics import metrics_row
-    from sapo_lab.update import UpdateResult
+    from sapo_lab.training.metrics import metrics_row
+    from sapo_lab.training.update import UpdateResult
 
     row = metrics_row(1, batch, [UpdateResult(0.0, 0.0, 0)], lr=0.0, loss_type="sapo", counters={}, step_s=1.0,
                       model_s=0.5, elapsed_s=1.0)
@@ -122,7 +122,7 @@ def test_logged_entropy_is_the_sampling_distributions(tmp_path):
 
 
 def test_kl_term_enters_the_loss_with_beta(tmp_path, monkeypatch):
-    import sapo_lab.update as update_mod
+    import sapo_lab.training.update as update_mod
 
     seen = {}
     real = update_mod.kl_to_reference

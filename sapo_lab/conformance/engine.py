@@ -105,7 +105,7 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     rows[ZERO_ADVANTAGE] = zero_advantage_row(ctx)
     rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
 
-    from .. import __version__
+    from .._version import __version__
 
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
     dtype_name = next(k for k, v in DTYPES.items() if v == dtype)

@@ -179,7 +179,7 @@ def finite_differences(loss_fn, batch: Batch, dtype, step: float, device=None) -
     return out, None
 
 
-# ---- the paper's closed form, written from the formula (not from sapo_lab.losses) ----
+# ---- the paper's closed form, written from the formula (not from sapo_lab.objective.losses) ----
 
 def update_coefficient(ratio: torch.Tensor, tau) -> torch.Tensor:
     """c_tau(r) = r * sech^2(tau (r - 1) / 2) = d f_tau(r) / d log r, with f_tau(r) = (4/tau) sigmoid(tau (r - 1))."""

@@ -4,7 +4,7 @@ Tested against TRL 1.16 (``requirements-trl.txt``). TRL and ``datasets`` are imp
 inside the functions that need them: the declared tables (:data:`MAPPING`, :data:`REFUSALS`,
 :data:`FIXED`, :data:`DIFFERENCES`) are plain Python, so the book renders them without TRL.
 
-Every leaf of :class:`sapo_lab.config.TrainConfig` has exactly one row in :data:`MAPPING`:
+Every leaf of :class:`sapo_lab.training.config.TrainConfig` has exactly one row in :data:`MAPPING`:
 ``mapped`` (a ``GRPOConfig`` field, converted as the note says), ``script`` (used by the
 exported ``train_trl.py``, not by ``GRPOConfig``) or ``dropped`` (with the reason). A value
 TRL cannot reproduce is refused (:data:`REFUSALS`), never silently changed.
@@ -272,8 +272,8 @@ def to_grpo_config(cfg, num_processes: int | None = None, **overrides):
 
 
 def default_task(cfg=None):
-    """The configured task object (``sapo_lab.task.task_for``); without a config, the default addition task."""
-    from ..task import make_task, task_for
+    """The configured task object (``sapo_lab.tasks.task_for``); without a config, the default addition task."""
+    from ..tasks import make_task, task_for
 
     return make_task("addition") if cfg is None else task_for(cfg)
 
@@ -281,7 +281,7 @@ def default_task(cfg=None):
 def _problem_class(task):
     cls = getattr(task, "Problem", None)
     if cls is None:
-        from ..task import Problem as cls
+        from ..tasks import Problem as cls
     return cls
 
 

@@ -41,7 +41,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=None, help="default: the config's")
     ap.add_argument("--cpu", action="store_true", help="force CPU (with several processes: gloo)")
     args = ap.parse_args(argv)
-    from sapo_lab.config import config_from_dict
+    from sapo_lab.training.config import config_from_dict
     from sapo_lab.integrations.trl_export import run_trl
 
     data = dict(CONFIG)
@@ -150,14 +150,14 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None, promp
 
 def _load_policy(cfg, model_name: str, splits, log):
     """(model, tokenizer): a size name gets sapo_lab's cached cold start, anything else is loaded as is."""
-    from ..model import MODEL_SIZES, load_model_and_tokenizer
+    from ..training.model import MODEL_SIZES, load_model_and_tokenizer
 
     if model_name not in MODEL_SIZES:
         return load_model_and_tokenizer(model_name)
     import torch
     from accelerate import PartialState
 
-    from ..coldstart import get_cold_start
+    from ..training.cold_start import get_cold_start
 
     cfg.model.name_or_path = model_name
     # One process trains the cold start, the others then read the cache.
@@ -173,7 +173,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from ..task import splits_for
+    from ..tasks import splits_for
     from .trl import default_task, reward_function, to_dataset, to_grpo_config
 
     if prompt_format not in PROMPT_FORMATS:
@@ -238,7 +238,7 @@ def add_export_trl_parser(subparsers) -> None:
 
 def export_trl_command(args, overrides) -> int:
     """``python -m sapo_lab export-trl``: validate, write the files, print where they are."""
-    from ..config import load_config
+    from ..training.config import load_config
 
     cfg = load_config(args.config, overrides)
     paths = export(cfg, args.output_dir, source=args.config, model=args.model_path, prompt_format=args.prompt_format)

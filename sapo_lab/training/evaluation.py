@@ -17,8 +17,8 @@ from collections import Counter, defaultdict
 
 import torch
 
+from ..tasks import Problem, RewardFn
 from .rollout import encode_prompts, sample, score_completions
-from .task import Problem, RewardFn
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

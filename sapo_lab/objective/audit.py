@@ -62,7 +62,7 @@ def gradient_audit(ratios=DEFAULT_RATIOS, advantages=(1.0, -1.0), taus=(1.0, 1.0
 
     ``loss_fn(logp, behavior_logp, advantages, mask, tau) -> scalar`` defaults to
     ``policy_loss(..., loss_type="sapo")``; pass another (e.g. one from
-    :mod:`sapo_lab.mistakes`) to see where it departs from -A r w(r).
+    :mod:`sapo_lab.objective.planted_mistakes`) to see where it departs from -A r w(r).
     """
     loss_fn = loss_fn or _sapo
     rows = []

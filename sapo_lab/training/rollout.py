@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..errors import NonFiniteError
+from ..tasks import Problem, RewardFn
 from .device import autocast_for, synchronize
-from .errors import NonFiniteError
 from .model import position_ids_from_mask
-from .task import Problem, RewardFn
 
 
 @dataclass

@@ -7,8 +7,8 @@ from collections import Counter
 
 import torch
 
-from .diagnostics import ratio_quantiles, step_diagnostics
-from .losses import SIGNAL_CELLS
+from ..objective.diagnostics import ratio_quantiles, step_diagnostics
+from ..objective.losses import SIGNAL_CELLS
 from .rollout import RolloutBatch
 from .update import UpdateResult
 

@@ -19,9 +19,9 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from .losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, MAX_LOG_RATIO_POLICIES
-from .masks import AGGREGATIONS
-from .task import make_task
+from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, MAX_LOG_RATIO_POLICIES
+from ..objective.masks import AGGREGATIONS
+from ..tasks import make_task
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
@@ -30,12 +30,12 @@ LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 class ModelConfig:
     """The policy to start from."""
 
-    name_or_path: str = "cpu-tiny"  # a size in sapo_lab.model.MODEL_SIZES, a directory, or a hub name
+    name_or_path: str = "cpu-tiny"  # a size in sapo_lab.training.model.MODEL_SIZES, a directory, or a hub name
 
 
 @dataclass
 class TaskConfig:
-    """Which task (see :mod:`sapo_lab.task`) and how many problems each frozen split holds."""
+    """Which task (see :mod:`sapo_lab.tasks`) and how many problems each frozen split holds."""
 
     name: str = "addition"  # a registered task name, or an import path "my_module:MyTask"
     options: dict = field(default_factory=dict)  # the task's constructor keyword arguments
@@ -91,13 +91,13 @@ class OptimizationConfig:
 class LossConfig:
     """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
 
-    loss_type: str = "sapo"  # one of sapo_lab.losses.LOSS_TYPES (sapo, grpo, gspo, sapo_directional, gauss)
+    loss_type: str = "sapo"  # one of sapo_lab.objective.losses.LOSS_TYPES (sapo, grpo, gspo, sapo_directional, gauss)
     sapo_temperature_pos: float = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
     sapo_temperature_neg: float = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
     epsilon: float = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
     epsilon_high: float | None = None  # None: same as epsilon
     importance_sampling_level: str | None = None  # None: sequence for gspo, token otherwise
-    aggregation: str = "per_response"  # one of sapo_lab.masks.AGGREGATIONS: token averaging (also for the KL term)
+    aggregation: str = "per_response"  # one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)
     max_log_ratio: float = 20.0  # |log r| above this counts as extreme staleness
     max_log_ratio_policy: str = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
 

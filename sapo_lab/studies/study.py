@@ -30,7 +30,7 @@ by seed on the endpoint) and ``exploratory`` (what everything else is). Once a s
 with an analysis block, the block is part of its declaration and cannot change; a study that
 ran without one may gain a post hoc block.
 
-Override keys are those of :func:`sapo_lab.config.load_config` (dotted or unique leaf
+Override keys are those of :func:`sapo_lab.training.config.load_config` (dotted or unique leaf
 names). A method or grid point may not set the budget or the seed (that would make the
 comparison unequal), and a key may not be set by both a method and the grid.
 
@@ -44,7 +44,7 @@ weights are listed in a ``.gitignore`` there, so ``git add results/NAME`` commit
 numbers, not the weights.
 
 Rerunning the same study skips finished runs (``summary.json``, or ``diverged.json`` for
-a run stopped by :class:`sapo_lab.trainer.TrainingDiverged`), resumes interrupted ones
+a run stopped by :class:`sapo_lab.training.trainer.TrainingDiverged`), resumes interrupted ones
 from their checkpoint (exactly, as the trainer guarantees), and restarts runs that died
 before their first checkpoint. A run whose saved config differs from what the study file
 now resolves to is an error: a changed study needs a new name.
@@ -75,8 +75,8 @@ import subprocess
 import sys
 import time
 
-from .study_results import value_tag
-from .task import task_for
+from ..tasks import task_for
+from .results import value_tag
 
 STUDY_KEYS = {
     "name",
@@ -146,7 +146,7 @@ def load_study(path: str) -> dict:
     if not isinstance(budget, dict) or "max_steps" not in budget or set(budget) - set(BUDGET_KEYS):
         raise ValueError(f"study 'budget' must give max_steps (and optionally max_train_time_s), got {budget!r}")
     _check_collapse(study["collapse"])
-    from .selection import RULES
+    from .checkpoint_rules import RULES
 
     for rule in study["selection"]:
         if not isinstance(rule, dict) or rule.get("by") not in RULES or set(rule) - {"by", "value", "saved_only"}:
@@ -236,7 +236,7 @@ def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
 
     Every config is resolved and validated here, before any run starts.
     """
-    from .config import load_config, resolve_key
+    from ..training.config import load_config, resolve_key
 
     budget_keys = {resolve_key(k) for k in BUDGET_KEYS.values()} | {resolve_key("seed")}
     grid = study["grid"]
@@ -314,8 +314,8 @@ def task_weights(task) -> dict:
 
 def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
     """The selection rule's choice and, when its weights exist, the per-family eval breakdown."""
-    from .breakdown import breakdown, score_problems
-    from .selection import CheckpointMissing, load_weights, select_checkpoint
+    from .checkpoint_rules import CheckpointMissing, load_weights, select_checkpoint
+    from .per_family import breakdown, score_problems
 
     try:
         choice = select_checkpoint(run_dir, rule["by"], rule.get("value"), saved_only=rule.get("saved_only", False))
@@ -369,7 +369,7 @@ def kernel_fingerprint() -> str:
 
     import torch
 
-    from .model import build_model
+    from ..training.model import build_model
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # runs train on one thread; a second one sums in another order
@@ -390,7 +390,7 @@ def kernel_fingerprint() -> str:
 def _environment() -> dict:
     import torch
 
-    from . import __version__
+    from .._version import __version__
 
     here = os.path.dirname(os.path.abspath(__file__))
 
@@ -429,7 +429,7 @@ def _write_json(path: str, obj) -> None:
 
 def run_status(run_dir: str) -> str:
     """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
-    from .checkpoint import latest_checkpoint
+    from ..training.checkpoint import latest_checkpoint
 
     if os.path.isfile(os.path.join(run_dir, "summary.json")) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
         return "done"
@@ -439,7 +439,7 @@ def run_status(run_dir: str) -> str:
 
 
 def _snapshot_callback(run_dir: str, every, user_callback):
-    from .selection import save_snapshot
+    from .checkpoint_rules import save_snapshot
 
     def on_step_end(trainer, row):
         at_dev = every == "dev" and row.get("dev_pass1") is not None
@@ -453,7 +453,7 @@ def _snapshot_callback(run_dir: str, every, user_callback):
 
 def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     """Collapse verdict, selections with their eval breakdown, counters: ``study_record.json``."""
-    from .selection import read_metrics
+    from .checkpoint_rules import read_metrics
 
     path = os.path.join(run_dir, "study_record.json")
     if os.path.isfile(path):
@@ -497,7 +497,7 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
 
 def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> str:
     """Train or skip each run of this shard; returns ``completed`` or ``interrupted``."""
-    from .trainer import TrainingDiverged, train
+    from ..training.trainer import TrainingDiverged, train
 
     i, n = shard
     for k, run in enumerate(runs):
@@ -521,7 +521,7 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
         try:
             summary = train(cfg, run_dir, resume=state == "partial", log=log, progress=progress, on_step_end=callback)
         except TrainingDiverged as exc:
-            from .selection import read_metrics
+            from .checkpoint_rules import read_metrics
 
             rows = read_metrics(run_dir)
             _write_json(os.path.join(run_dir, "diverged.json"), {"error": str(exc), "step": rows[-1]["step"] + 1 if rows else 1})

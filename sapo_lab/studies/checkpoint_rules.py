@@ -19,7 +19,7 @@ If a run ended before a token or time budget, the rule picks its final step and 
 (``ended_before_budget``): such a run is not compared at the same budget.
 
 The weights for a step live in ``checkpoints/step-NNNNNN/`` (trainer, every
-``save_steps`` and at the end; :func:`sapo_lab.checkpoint.save_checkpoint` keeps only the
+``save_steps`` and at the end; :func:`sapo_lab.training.checkpoint.save_checkpoint` keeps only the
 two newest) or in ``snapshots/step-NNNNNN/`` (weights only, written by
 :func:`save_snapshot`, e.g. by the study runner at every dev evaluation). Selection is
 exact only if the chosen step has weights: for ``best_dev`` a snapshot at every dev
@@ -172,7 +172,7 @@ def load_weights(run_dir: str, step: int, device: str = "cpu"):
     """(model, tokenizer) of ``run_dir`` at ``step``: the run's architecture and tokenizer, that step's weights."""
     from safetensors.torch import load_model
 
-    from .model import load_model_and_tokenizer
+    from ..training.model import load_model_and_tokenizer
 
     path = weights_for_step(run_dir, step)
     model, tok = load_model_and_tokenizer(os.path.join(run_dir, "cold_start"))

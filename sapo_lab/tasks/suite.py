@@ -17,7 +17,7 @@ scratchpad_addition  047+385:         75012,48113,03104=2340      carries
 ``addition_carry_dropped`` is addition whose training labels carry a known systematic
 error (a cold start with a flaw, for review 14.5; see :class:`CarryDroppedColdStart`).
 
-Numbers are written least-significant digit first, as in :mod:`sapo_lab.task`: a causal
+Numbers are written least-significant digit first, as in :mod:`sapo_lab.tasks`: a causal
 model then emits each digit after the carry or borrow it depends on.
 
 ``scratchpad_addition`` is the long-output family (22 response tokens, plus EOS, at the
@@ -45,8 +45,9 @@ import hashlib
 import random
 import re
 
-from . import task as addition_task
-from .task import Problem, count_carries, register_task, reversed_sum
+from . import addition
+from .addition import count_carries, reversed_sum
+from .base import Problem, register_task
 
 REASONS = ("correct", "wrong", "invalid", "truncated", "wrong_trace", "carry_dropped")
 DIGITS = "0123456789"
@@ -84,10 +85,10 @@ def _operand_range(min_digits: int, max_digits: int, limit: int = 9) -> tuple[in
 
 
 class ReversedAddition:
-    """The package's addition task (:mod:`sapo_lab.task`) as a protocol object.
+    """The package's addition task (:mod:`sapo_lab.tasks`) as a protocol object.
 
     A thin wrapper so the mix can include it before the ``Task`` registry exists; it
-    calls ``sapo_lab.task.make_splits`` / ``verify`` and copies nothing.
+    calls ``sapo_lab.tasks.make_splits`` / ``verify`` and copies nothing.
     """
 
     name = "addition"
@@ -105,7 +106,7 @@ class ReversedAddition:
 
     def make_splits(self, seed: int, num_train: int, num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
         """Disjoint splits; ``difficulty`` = number of carries."""
-        return addition_task.make_splits(
+        return addition.make_splits(
             seed=seed,
             min_digits=self.min_digits,
             max_digits=self.max_digits,
@@ -115,8 +116,8 @@ class ReversedAddition:
         )
 
     def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
-        """The addition verifier of :mod:`sapo_lab.task`."""
-        return addition_task.verify(completion_text, finished, problem)
+        """The addition verifier of :mod:`sapo_lab.tasks`."""
+        return addition.verify(completion_text, finished, problem)
 
 
 def count_borrows(a: int, b: int) -> int:
@@ -429,7 +430,7 @@ class MixedSuite:
     ``seed``, then shuffled together, so training draws families in proportion to their
     weights and evaluation can be broken down by :meth:`family_of`. ``difficulty`` is the
     family's own. The weights are also those of the aggregate in
-    :func:`sapo_lab.breakdown.breakdown`.
+    :func:`sapo_lab.studies.per_family.breakdown`.
     """
 
     name = "suite"
@@ -494,7 +495,7 @@ FAMILIES = {
 }
 
 # What the lead registers with ``register_task`` after the Task protocol lands
-# ("addition" is registered by sapo_lab.task itself).
+# ("addition" is registered by sapo_lab.tasks itself).
 SUITE_TASKS = {
     "subtraction": Subtraction,
     "sorting": DigitSort,

@@ -9,7 +9,7 @@ moves the weights through its momentum even then.
 
 With ``compare_gradients`` the update also measures, before its backward pass, the
 token- and sequence-level gradients of the same minibatch and their §9 decomposition
-(:func:`sapo_lab.diagnostics.token_sequence_gradient_comparison`); the update itself is
+(:func:`sapo_lab.objective.diagnostics.token_sequence_gradient_comparison`); the update itself is
 unchanged.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import NonFiniteError, TrainingDiverged
+from ..objective.diagnostics import token_sequence_gradient_comparison
+from ..objective.losses import kl_to_reference, policy_loss
 from .device import ModelTimer, autocast_for
-from .diagnostics import token_sequence_gradient_comparison
-from .errors import NonFiniteError, TrainingDiverged
-from .losses import kl_to_reference, policy_loss
 from .model import response_logprobs
 from .rollout import MiniBatch
 

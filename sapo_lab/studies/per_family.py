@@ -3,8 +3,8 @@
 The input is one :class:`ScoredPrompt` per held-out prompt: its family, its difficulty and
 whether each of its n samples was correct. Every cell of the breakdown is the mean over
 its prompts of the per-prompt success rate, with the 95% interval of
-:func:`sapo_lab.evaluation.mean_ci` (prompts are the independent units). pass@k uses the
-unbiased estimator :func:`sapo_lab.evaluation.pass_at_k`.
+:func:`sapo_lab.training.evaluation.mean_ci` (prompts are the independent units). pass@k uses the
+unbiased estimator :func:`sapo_lab.training.evaluation.pass_at_k`.
 
 The weighted aggregate is ``sum_f w_f * Pass@1_f`` with the weights declared in advance
 (normalised to sum to 1), not the pooled mean over prompts: a suite whose eval split
@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .evaluation import mean_ci, pass_at_k
+from ..training.evaluation import mean_ci, pass_at_k
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def score_problems(
     """
     import torch
 
-    from .rollout import encode_prompts, sample
+    from ..training.rollout import encode_prompts, sample
 
     if family_of is None:
         family_of = task.family_of if hasattr(task, "family_of") else (lambda p: task.name)

@@ -28,7 +28,7 @@ conservative far from on-policy and slightly less so in between. Its surrogate h
 closed form (erf), and it is the textbook bell curve, so it is the natural second shape.
 
 Every kernel uses SAPO's sign rule for its temperature (tau_pos where A > 0, tau_neg where
-A <= 0). The surrogates are centred (zero at r = 1), like :func:`sapo_lab.losses.sapo_token_surrogate`.
+A <= 0). The surrogates are centred (zero at r = 1), like :func:`sapo_lab.objective.losses.sapo_token_surrogate`.
 """
 
 from __future__ import annotations

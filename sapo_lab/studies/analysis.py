@@ -1,10 +1,10 @@
 """Reading studies as paired evidence: the declared primary tests and the cross-study table.
 
-:mod:`sapo_lab.paired` holds the statistics; this module finds the pairs. Two runs form a
+:mod:`sapo_lab.studies.paired` holds the statistics; this module finds the pairs. Two runs form a
 pair when their resolved configs agree in everything but the ``loss`` section (so the seed,
 the cold start, the data order, the task, the budget and the evaluation protocol are the
 same) and one is the method, the other the reference. A study's ``analysis`` block
-(:mod:`sapo_lab.study`) names its primary tests; :func:`primary_results` computes them in
+(:mod:`sapo_lab.studies.study`) names its primary tests; :func:`primary_results` computes them in
 the declared order, Holm-adjusting declared families. :func:`matched_pairs` pools pairs
 across studies and keeps each trajectory once (studies that declare the same config and
 seed reproduce the same run bit for bit).
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paired import _noncentral_t_sf, compare, distinct, holm, smallest_n, t_quantile, trajectory_key
-from .study_results import Run, Study
+from .results import Run, Study
 
 
 def run_config(run: Run) -> dict:
@@ -80,7 +80,7 @@ def primary_results(study: Study) -> list[dict]:
 
     Each entry is the declared test plus ``status`` ("complete", or "pending: ..." while any
     declared seed is unfinished; a pending test has no statistics), ``comparison``
-    (:class:`~sapo_lab.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
+    (:class:`~sapo_lab.studies.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
     complete, ``p_adjusted`` and ``reject`` (Holm within a declared family, else raw).
     """
     plan = study.declaration.get("analysis")
@@ -198,7 +198,7 @@ def two_sample_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) ->
 def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_runs: int = 10000) -> int:
     """The fewest runs per method whose unpaired two-sided t-test reaches ``power`` against ``effect``.
 
-    The counterpart of :func:`sapo_lab.paired.paired_sample_size` for independent runs: ``sd`` is
+    The counterpart of :func:`sapo_lab.studies.paired.paired_sample_size` for independent runs: ``sd`` is
     the spread of one method's runs over seeds, which keeps whatever the seeds share.
     """
     return smallest_n(lambda n: two_sample_t_power(n, effect, sd, alpha), effect, power, max_runs, "runs per method")

@@ -1,6 +1,6 @@
 """Policy losses for group-based LLM RL: SAPO, GRPO's PPO clip, and GSPO.
 
-All of them (and the §14.2 ablation kernels of :mod:`sapo_lab.kernels`) share one
+All of them (and the §14.2 ablation kernels of :mod:`sapo_lab.objective.kernels`) share one
 pipeline (Algorithm 2 of the review):
 
 1. ``z = logp - behavior_logp`` on the valid response tokens (behavior log-probs are
@@ -8,7 +8,7 @@ pipeline (Algorithm 2 of the review):
 2. at ``importance_sampling_level="sequence"`` every token of a response uses the
    response's mean log ratio (the log of the geometric mean of its token ratios);
 3. a per-token surrogate ``-A * s(z)`` with the advantage ``A`` of the response;
-4. the declared aggregation (:mod:`sapo_lab.masks`).
+4. the declared aggregation (:mod:`sapo_lab.objective.masks`).
 
 SAPO's surrogate is the centred gate ``(4/tau)[sigmoid(tau(r-1)) - 1/2]`` with
 ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` where ``A <= 0``. Its gradient in
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import NonFiniteError
 from .clip import check_clip_eps
-from .errors import NonFiniteError
 from .gates import check_temperature, log_gate_weight, log_update_coefficient_from_log_ratio
 from .kernels import gaussian_token_surrogate, log_directional_gate_from_log_ratio, log_gaussian_gate_from_log_ratio
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
@@ -31,7 +31,7 @@ from .masks import AGGREGATIONS, aggregation_weights, check_mask
 LOSS_TYPES = ("sapo", "grpo", "gspo", "sapo_directional", "gauss")
 # Kernels that take SAPO's temperatures (tau_pos / tau_neg); the others take the clip epsilons.
 # The review's §14.2 ablation: grpo (directional hard clip), sapo_directional (directional
-# smooth clip), sapo (bidirectional smooth), gauss (another smooth shape); see sapo_lab.kernels.
+# smooth clip), sapo (bidirectional smooth), gauss (another smooth shape); see sapo_lab.objective.kernels.
 SMOOTH_LOSS_TYPES = ("sapo", "sapo_directional", "gauss")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MAX_LOG_RATIO_POLICIES = ("record", "skip", "error")
@@ -190,14 +190,14 @@ def policy_loss(
         ``grpo`` is PPO's clipped surrogate on token ratios; ``gspo`` is the same clip on
         the sequence ratio. ``sapo_directional`` applies SAPO's gate only on the side the
         clip would cut (identity on the other); ``gauss`` is a Gaussian gate with SAPO's
-        slope and half-width at r = 1 (:mod:`sapo_lab.kernels`). Both use tau_pos/tau_neg.
+        slope and half-width at r = 1 (:mod:`sapo_lab.objective.kernels`). Both use tau_pos/tau_neg.
     tau_pos, tau_neg : SAPO temperatures for A > 0 and A <= 0 (TRL's
         ``sapo_temperature_pos`` / ``sapo_temperature_neg``), for every smooth kernel.
     clip_eps_low, clip_eps_high : clip range [1 - low, 1 + high] for grpo/gspo.
     importance_sampling_level : "token" | "sequence" | None
         None means "sequence" for gspo and "token" otherwise. Sequence level replaces
         every token's log ratio by its response's mean log ratio.
-    aggregation : "per_response" | "token_pool" (see :mod:`sapo_lab.masks`).
+    aggregation : "per_response" | "token_pool" (see :mod:`sapo_lab.objective.masks`).
     max_log_ratio, max_log_ratio_policy :
         Tokens (or, at sequence level, responses) with ``|log ratio| > max_log_ratio``
         are counted in ``stats["beyond_max_log_ratio"]``; ``"record"`` keeps them,
@@ -344,7 +344,7 @@ def kl_to_reference(
 
     Per valid token, with ``d = ref_logp - logp``: ``k3 = exp(d) - d - 1`` (>= 0, unbiased
     for the KL under samples from pi_theta). ``aggregation`` is the policy loss's
-    (:mod:`sapo_lab.masks`): ``per_response`` averages each response's tokens and then
+    (:mod:`sapo_lab.objective.masks`): ``per_response`` averages each response's tokens and then
     the non-empty responses; ``token_pool`` averages all valid tokens. The reference is
     frozen: the gradient flows into ``logp`` only.
     """

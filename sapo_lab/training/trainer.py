@@ -4,15 +4,15 @@ Each rollout step (:meth:`Trainer.train_step`):
 
 1. :meth:`Trainer.collect_rollout` draws ``prompts_per_rollout`` training prompts; the
    current model, frozen for the duration of sampling, samples ``num_generations``
-   responses per prompt with their behavior log-probs (:mod:`sapo_lab.rollout`); the
+   responses per prompt with their behavior log-probs (:mod:`sapo_lab.training.rollout`); the
    reward function (the task's verifier unless another is given) scores them and
    :func:`group_advantages` normalises rewards per group;
 2. the responses are shuffled into ``steps_per_generation`` (K) minibatches, and each
-   makes one :func:`sapo_lab.update.minibatch_update`: teacher-forced current
+   makes one :func:`sapo_lab.training.update.minibatch_update`: teacher-forced current
    log-probs, :func:`policy_loss` with the configured ``loss_type``, one backward and
    one AdamW step. Minibatches after the first are therefore trained on data sampled by
    an older policy, as in the paper;
-3. :func:`sapo_lab.metrics.metrics_row` turns the batch and the K updates into one row.
+3. :func:`sapo_lab.training.metrics.metrics_row` turns the batch and the K updates into one row.
 
 Diagnostics go to ``metrics.jsonl``, one JSON object per rollout step; dev-subset
 Pass@1 is measured every ``evaluation.dev_every`` steps (``null`` in between).
@@ -34,18 +34,18 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from . import rundir
-from .advantages import group_advantages
+from ..errors import NonFiniteError, TrainingDiverged
+from ..objective.advantages import group_advantages
+from ..tasks import RewardFn, splits_for, task_for
+from . import run_folder as rundir
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .coldstart import get_cold_start, save_pretrained_atomic
+from .cold_start import get_cold_start, save_pretrained_atomic
 from .config import TrainConfig
 from .device import ModelTimer, autocast_for, resolve_device
-from .errors import NonFiniteError, TrainingDiverged
 from .evaluation import dev_pass1, held_out_eval
 from .metrics import metrics_row
 from .model import load_model_and_tokenizer, response_logprobs
 from .rollout import RolloutBatch, rollout
-from .task import RewardFn, splits_for, task_for
 from .update import learning_rate_at, minibatch_update
 
 __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
@@ -111,7 +111,7 @@ class Trainer:
     # ------------------------------------------------------------ construction
 
     def _run_config(self, cfg: TrainConfig) -> TrainConfig:
-        """The config to run: folder classification, resume policy and checkpoint verification (sapo_lab/rundir.py)."""
+        """The config to run: folder classification, resume policy and checkpoint verification (training/run_folder.py)."""
         self.prepared = rundir.prepare(
             self.run_dir, cfg, resume=self.resume, overwrite=self.overwrite, resume_keys=self.resume_keys, log=self.log
         )

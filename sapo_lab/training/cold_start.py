@@ -21,11 +21,11 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..tasks import Task, task_for
 from .checkpoint import write_manifest
 from .device import autocast_for
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
-from .task import Task, task_for
 
 
 def cold_start_key(cfg) -> str:

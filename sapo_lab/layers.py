@@ -1,0 +1,33 @@
+"""The package's layers and the imports each may make (checked by tests/test_layers.py).
+
+Lower layers never import higher ones, so the loss library loads with torch alone and
+tasks with the standard library. The leaves in ``SHARED`` (errors, the version) may be
+imported by every layer.
+"""
+
+SHARED = {"errors", "_version", "layers"}
+
+# layer -> the sapo_lab layers it may import (besides itself)
+ALLOWED = {
+    "errors": set(),
+    "_version": set(),
+    "layers": set(),
+    "objective": set(),
+    "tasks": set(),
+    "conformance": set(),
+    "viz": {"objective"},
+    "training": {"objective", "tasks"},
+    "studies": {"objective", "tasks", "training"},
+    "integrations": {"objective", "tasks", "training"},
+    "cli": {"objective", "tasks", "training", "studies", "integrations", "conformance"},
+    "__main__": {"cli"},
+    "__init__": {"objective", "tasks", "training"},
+}
+
+
+def layer_of(module: str) -> str | None:
+    """``"sapo_lab.training.update"`` -> ``"training"``; None outside sapo_lab."""
+    parts = module.split(".")
+    if parts[0] != "sapo_lab":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
