@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from sapo_lab.tasks import Problem
+from sapo_lab.tasks import AdditionTask, Problem
 from sapo_lab.tasks.suite import (
     FAMILIES,
     REASONS,
@@ -16,14 +16,13 @@ from sapo_lab.tasks.suite import (
     DigitSort,
     MixedSuite,
     Reversal,
-    ReversedAddition,
     ScratchpadAddition,
     Subtraction,
     allocate,
     family_of,
 )
 
-ALL = {**SUITE_TASKS, "addition": ReversedAddition}
+ALL = {**SUITE_TASKS, "addition": AdditionTask}
 SIZES = dict(num_train=300, num_dev=40, num_eval=60)
 
 
@@ -249,7 +248,7 @@ def test_every_family_prompt_format_is_distinct():
 def test_carry_dropped_cold_start_corrupts_only_training_labels():
     t = CarryDroppedColdStart(max_digits=2, corrupt_fraction=0.5)
     got = t.make_splits(0, num_train=2000, num_dev=40, num_eval=60)
-    clean = ReversedAddition(max_digits=2).make_splits(0, num_train=2000, num_dev=40, num_eval=60)
+    clean = AdditionTask(max_digits=2).make_splits(0, num_train=2000, num_dev=40, num_eval=60)
     assert got["eval"] == clean["eval"] and got["dev"] == clean["dev"]  # held-out splits are untouched
     corrupted = carrying = 0
     for p, q in zip(got["train"], clean["train"], strict=True):
@@ -269,5 +268,5 @@ def test_carry_dropped_cold_start_corrupts_only_training_labels():
     assert t.verify("999", True, p) == (0.0, "wrong") and t.verify(truth, False, p) == (0.0, "truncated")
     no_carry_problem = next(p for p in got["train"] if p.difficulty == 0)
     assert t.verify(no_carry_problem.answer, True, no_carry_problem) == (1.0, "correct")
-    plain = ReversedAddition().make_splits(0, 300, 10, 10)
+    plain = AdditionTask().make_splits(0, 300, 10, 10)
     assert CarryDroppedColdStart(corrupt_fraction=0.0).make_splits(0, 300, 10, 10) == plain

@@ -16,6 +16,8 @@ from .base import (
     RewardFn,
     Task,
     check_splits,
+    family_of,
+    family_weights,
     make_task,
     register_task,
     registered_tasks,
@@ -24,7 +26,7 @@ from .base import (
 )
 
 __all__ = [
-    "REASONS", "SPLITS", "AdditionTask", "Problem", "RewardFn", "Task", "check_splits",
+    "REASONS", "SPLITS", "AdditionTask", "Problem", "RewardFn", "Task", "check_splits", "family_of", "family_weights",
     "count_carries", "make_problem", "make_splits", "make_task", "register_task",
     "registered_tasks", "reversed_sum", "splits_for", "task_for", "verify",
 ]

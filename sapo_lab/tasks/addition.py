@@ -20,6 +20,7 @@ Verifier rules (declared, in order):
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from .base import Problem, register_task
@@ -119,6 +120,7 @@ class AdditionTask:
     min_digits: int = 1
     max_digits: int = 2
     alphabet = "0123456789+="  # a class attribute, not an option
+    prompt_pattern = re.compile(r"[0-9]+\+[0-9]+=")  # what a prompt of this family looks like
 
     def __post_init__(self):
         for key in ("min_digits", "max_digits"):
@@ -126,6 +128,11 @@ class AdditionTask:
                 raise ValueError(f"{key} must be an integer, got {getattr(self, key)!r}")
         if not 1 <= self.min_digits <= self.max_digits <= 9:
             raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {self.min_digits}, {self.max_digits}")
+
+    @property
+    def max_answer_length(self) -> int:
+        """Characters in the longest canonical answer (EOS not counted)."""
+        return self.max_digits + 1
 
     def make_splits(self, seed: int, num_train: int, num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
         """See :func:`make_splits`."""

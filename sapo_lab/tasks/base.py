@@ -155,3 +155,17 @@ def check_splits(splits: dict, alphabet: str) -> None:
                 raise ValueError(f"task split {split!r}: {p!r} uses characters {sorted(bad)} missing from the task's alphabet")
             if seen.setdefault(p.prompt, split) != split:
                 raise ValueError(f"task splits overlap: prompt {p.prompt!r} is in both {seen[p.prompt]!r} and {split!r}")
+
+
+# Optional members of a task: a mix of families names each problem's family and declares
+# the families' weights; a single-family task is its own family with weight 1.
+
+
+def family_of(task: Task, problem: Problem) -> str:
+    """The family of ``problem`` under ``task``: the mix's ``family_of``, else the task's name."""
+    return task.family_of(problem) if hasattr(task, "family_of") else task.name
+
+
+def family_weights(task: Task) -> dict[str, float]:
+    """The declared weight of each family: a mix's ``weights``, else ``{task.name: 1.0}``."""
+    return dict(task.weights) if hasattr(task, "weights") else {task.name: 1.0}

@@ -84,42 +84,6 @@ def _operand_range(min_digits: int, max_digits: int, limit: int = 9) -> tuple[in
     return (0 if min_digits == 1 else 10 ** (min_digits - 1)), 10**max_digits
 
 
-class ReversedAddition:
-    """The package's addition task (:mod:`sapo_lab.tasks`) as a protocol object.
-
-    A thin wrapper so the mix can include it before the ``Task`` registry exists; it
-    calls ``sapo_lab.tasks.make_splits`` / ``verify`` and copies nothing.
-    """
-
-    name = "addition"
-    alphabet = "0123456789+="
-    prompt_pattern = re.compile(r"[0-9]+\+[0-9]+=")
-
-    def __init__(self, min_digits: int = 1, max_digits: int = 2):
-        _operand_range(min_digits, max_digits)
-        self.min_digits, self.max_digits = min_digits, max_digits
-
-    @property
-    def max_answer_length(self) -> int:
-        """Characters in the longest canonical answer (EOS not counted)."""
-        return self.max_digits + 1
-
-    def make_splits(self, seed: int, num_train: int, num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
-        """Disjoint splits; ``difficulty`` = number of carries."""
-        return addition.make_splits(
-            seed=seed,
-            min_digits=self.min_digits,
-            max_digits=self.max_digits,
-            num_train=num_train,
-            num_dev=num_dev,
-            num_eval=num_eval,
-        )
-
-    def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
-        """The addition verifier of :mod:`sapo_lab.tasks`."""
-        return addition.verify(completion_text, finished, problem)
-
-
 def count_borrows(a: int, b: int) -> int:
     """Borrows in the column subtraction a - b (a >= b >= 0)."""
     borrows = borrow = 0
@@ -383,7 +347,7 @@ class CarryDroppedColdStart:
 
     def make_splits(self, seed: int, num_train: int, num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
         """The addition splits, with the declared fraction of carrying train labels corrupted."""
-        splits = ReversedAddition(self.min_digits, self.max_digits).make_splits(seed, num_train, num_dev, num_eval)
+        splits = addition.AdditionTask(self.min_digits, self.max_digits).make_splits(seed, num_train, num_dev, num_eval)
         rng = random.Random(f"sapo-lab-carry-dropped-{seed}")
         train = []
         for p in splits["train"]:
@@ -487,15 +451,14 @@ class MixedSuite:
 
 # Families the mix can draw from; "addition" is the package's own task.
 FAMILIES = {
-    "addition": ReversedAddition,
+    "addition": addition.AdditionTask,
     "subtraction": Subtraction,
     "sorting": DigitSort,
     "reversal": Reversal,
     "scratchpad_addition": ScratchpadAddition,
 }
 
-# What the lead registers with ``register_task`` after the Task protocol lands
-# ("addition" is registered by sapo_lab.tasks itself).
+# Registered below under these names ("addition" is registered by tasks/addition.py).
 SUITE_TASKS = {
     "subtraction": Subtraction,
     "sorting": DigitSort,
@@ -504,11 +467,6 @@ SUITE_TASKS = {
     "addition_carry_dropped": CarryDroppedColdStart,
     "suite": MixedSuite,
 }
-
-
-def family_of(task, problem: Problem) -> str:
-    """The family of ``problem`` under ``task``: the mix's family, else the task's name."""
-    return task.family_of(problem) if hasattr(task, "family_of") else task.name
 
 
 for _name, _cls in SUITE_TASKS.items():
