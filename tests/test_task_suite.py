@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from sapo_lab.tasks import AdditionTask, Problem
+from sapo_lab.tasks import AdditionTask, Problem, family_of
 from sapo_lab.tasks.suite import (
     FAMILIES,
     REASONS,
@@ -19,7 +19,6 @@ from sapo_lab.tasks.suite import (
     ScratchpadAddition,
     Subtraction,
     allocate,
-    family_of,
 )
 
 ALL = {**SUITE_TASKS, "addition": AdditionTask}
