@@ -16,10 +16,11 @@ from .objective.gates import (
     gate_weight,
     log_gate_weight,
     log_update_coefficient_from_log_ratio,
+    sapo_token_surrogate,
     soft_gate,
     update_coefficient,
 )
-from .objective.losses import LOSS_TYPES, PolicyLossOutput, policy_loss, sapo_token_surrogate
+from .objective.losses import LOSS_TYPES, PolicyLossOutput, policy_loss
 from .objective.masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
 
 # The training stack imports transformers, which is slow to load; the loss library does not

@@ -28,6 +28,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..objective.registry import KERNELS
+
 logger = logging.getLogger("sapo_lab.trl")
 
 TESTED_TRL_VERSION = "1.16"
@@ -67,17 +69,22 @@ def per_device_batch_size(cfg, num_processes: int = 1) -> int:
 
 
 def trl_loss_type(cfg) -> str:
-    """TRL's ``loss_type`` for sapo_lab's (loss_type, aggregation)."""
-    lc = cfg.loss
-    if lc.aggregation == "token_pool":
-        return "bnpo"  # one mean over the local batch's tokens (refused for sapo, see REFUSALS)
-    return "grpo" if lc.loss_type == "gspo" else lc.loss_type
+    """TRL's ``loss_type`` for sapo_lab's (loss_type, aggregation): the kernel's registry row (None: refused)."""
+    kernel = KERNELS[cfg.loss.loss_type]
+    return kernel.trl_token_pool_loss_type if cfg.loss.aggregation == "token_pool" else kernel.trl_loss_type
 
 
-def resolved_is_level(cfg) -> str:
-    """sapo_lab's default: sequence for gspo, token otherwise."""
-    lvl = cfg.loss.importance_sampling_level
-    return lvl if lvl is not None else ("sequence" if cfg.loss.loss_type == "gspo" else "token")
+def _loss_type_note() -> str:
+    """The loss_type row's note, read off the registry: what each kernel becomes in TRL."""
+    mapped, refused = [], []
+    for k in KERNELS.values():
+        if k.trl_loss_type is None:
+            refused.append(k.name)
+            continue
+        at = f" at {k.default_level} level" if k.levels == (k.default_level,) else ""
+        pool = f" ({k.trl_token_pool_loss_type} with token_pool)" if k.trl_token_pool_loss_type else ""
+        mapped.append(f"{k.name} -> {k.trl_loss_type}{at}{pool}")
+    return ", ".join(mapped) + (f"; {', '.join(refused)}: refused (no TRL equivalent)" if refused else "")
 
 
 def _on_cuda(cfg) -> bool:
@@ -134,8 +141,7 @@ MAPPING: tuple[FieldMapping, ...] = (
                  "same k3 estimator to the initial model, averaged per response", _same("beta", "optimization")),
     FieldMapping("optimization.skip_zero_advantage", "", "dropped",
                  "a compute saving with an identical update (tested in sapo_lab); TRL always runs every response"),
-    FieldMapping("loss.loss_type", "loss_type", "mapped",
-                 "sapo -> sapo, grpo -> grpo, gspo -> grpo at sequence level; with token_pool: bnpo",
+    FieldMapping("loss.loss_type", "loss_type", "mapped", _loss_type_note(),
                  lambda cfg, n: {"loss_type": trl_loss_type(cfg)}),
     FieldMapping("loss.sapo_temperature_pos", "sapo_temperature_pos", "mapped", "same (tau_pos)",
                  _same("sapo_temperature_pos", "loss")),
@@ -145,8 +151,8 @@ MAPPING: tuple[FieldMapping, ...] = (
     FieldMapping("loss.epsilon_high", "epsilon_high", "mapped", "same; null becomes epsilon explicitly",
                  lambda cfg, n: {"epsilon_high": cfg.loss.epsilon if cfg.loss.epsilon_high is None else cfg.loss.epsilon_high}),
     FieldMapping("loss.importance_sampling_level", "importance_sampling_level", "mapped",
-                 "same; null resolved as sapo_lab does (sequence for gspo, else token)",
-                 lambda cfg, n: {"importance_sampling_level": resolved_is_level(cfg)}),
+                 "same; null resolved as sapo_lab does (the kernel's default: sequence for gspo, else token)",
+                 lambda cfg, n: {"importance_sampling_level": cfg.loss.resolved_importance_sampling_level()}),
     FieldMapping("loss.aggregation", "loss_type", "mapped",
                  "per_response is TRL's sapo/grpo normalisation; token_pool is bnpo (clip losses only)",
                  lambda cfg, n: {"loss_type": trl_loss_type(cfg)}),
@@ -188,8 +194,10 @@ FIXED: dict = {
 
 # Values TRL cannot reproduce: (key, test on the config, reason).
 REFUSALS: tuple[tuple[str, Callable, str], ...] = (
-    ("loss.aggregation", lambda cfg: cfg.loss.loss_type == "sapo" and cfg.loss.aggregation == "token_pool",
-     "TRL's loss_type='sapo' always averages per response; token_pool SAPO has no TRL equivalent"),
+    ("loss.loss_type", lambda cfg: KERNELS[cfg.loss.loss_type].trl_loss_type is None,
+     "TRL has no loss_type with this kernel's gate"),
+    ("loss.aggregation", lambda cfg: cfg.loss.aggregation == "token_pool" and trl_loss_type(cfg) is None,
+     "TRL pools tokens (bnpo) only for the clip losses; its loss_type='sapo' always averages per response"),
     ("loss.max_log_ratio_policy", lambda cfg: cfg.loss.max_log_ratio_policy != "record",
      "TRL cannot skip or refuse tokens beyond max_log_ratio; use 'record' to export"),
 )

@@ -45,3 +45,17 @@ def ppo_clip_derivative(ratio, adv, eps_low: float = 0.2, eps_high: float = 0.2)
     a = _as_tensor(adv, r)
     a = torch.broadcast_to(a, torch.broadcast_shapes(a.shape, r.shape))
     return torch.where(clip_is_active(r, a, eps_low, eps_high), a, torch.zeros_like(a))
+
+
+def clip_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
+    """min(rA, clip(r)A) / A written so that saturated tokens never touch exp(z).
+
+    Returns (surrogate without the factor A, active mask). Where the clip is active the
+    surrogate is r and its z-derivative is r; elsewhere it is the constant bound.
+    """
+    with torch.no_grad():
+        r = torch.exp(log_ratio)
+        active = ((adv > 0) & (r < 1.0 + eps_high)) | ((adv < 0) & (r > 1.0 - eps_low))
+        bound = torch.where(adv > 0, torch.full_like(r, 1.0 + eps_high), torch.full_like(r, 1.0 - eps_low))
+    safe_z = torch.where(active, log_ratio, torch.zeros_like(log_ratio))
+    return torch.where(active, torch.exp(safe_z), bound), active

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import torch
 
-from .gates import gate_weight
-from .losses import policy_loss, token_temperatures
+from .gates import gate_weight, token_temperatures
+from .losses import policy_loss
 from .masks import aggregation_weights, check_mask
+from .registry import kernel_for
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 TOKSEQ_METRICS = ("cos", "abs_err", "cov_norm", "scalar_norm", "tok_norm", "seq_norm", "responses")
@@ -230,8 +231,10 @@ def token_sequence_weights(
     rescales minibatches whose zero-advantage rows it skipped). Also returns ``coef_gap``
     (batch,): cbar_i - c(s_i), nan for A_i = 0 or empty responses.
     """
-    if loss_type == "gspo":
-        raise ValueError("gspo exists only at sequence level; compare its token-level twin with loss_type='grpo'")
+    kernel = kernel_for(loss_type)
+    for level in ("token", "sequence"):
+        if (problem := kernel.level_error(level)) is not None:
+            raise ValueError(f"{problem}; the comparison needs both levels")
     for key in ("importance_sampling_level", "compute_stats"):
         if key in loss_kwargs:
             raise ValueError(f"{key} is set by the comparison itself; do not pass it")

@@ -94,3 +94,33 @@ def update_coefficient(ratio, tau) -> torch.Tensor:
     out = r * gate_weight(r, tau)
     # r = inf gives inf * 0; the limit of r * w(r) as r -> inf is 0.
     return torch.where(torch.isinf(r) & (r > 0), torch.zeros_like(out), out)
+
+
+class _CentredSoftGate(torch.autograd.Function):
+    """(2/tau) tanh(tau (e^z - 1) / 2) with d/dz = e^z w_tau(e^z), computed in log space.
+
+    The backward uses differentiable torch ops, so double backward (Hessians,
+    meta-gradients) works too.
+    """
+
+    @staticmethod
+    def forward(ctx, z, tau):
+        ctx.save_for_backward(z, tau)
+        return (2.0 / tau) * torch.tanh(tau * torch.expm1(z) / 2.0)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        z, tau = ctx.saved_tensors
+        return grad_out * torch.exp(log_update_coefficient_from_log_ratio(z, tau)), None
+
+
+def token_temperatures(token_adv: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """SAPO's sign rule: tau_pos where A > 0, tau_neg where A <= 0 (a constant under autograd)."""
+    return torch.where(token_adv > 0, torch.full_like(token_adv, float(tau_pos)), torch.full_like(token_adv, float(tau_neg)))
+
+
+def sapo_token_surrogate(log_ratio: torch.Tensor, tau) -> torch.Tensor:
+    """Centred SAPO surrogate as a function of the log ratio (an objective to maximize)."""
+    tau = torch.as_tensor(tau, dtype=log_ratio.dtype, device=log_ratio.device)
+    tau = torch.broadcast_to(tau, log_ratio.shape).contiguous()
+    return _CentredSoftGate.apply(log_ratio, tau)

@@ -28,7 +28,7 @@ conservative far from on-policy and slightly less so in between. Its surrogate h
 closed form (erf), and it is the textbook bell curve, so it is the natural second shape.
 
 Every kernel uses SAPO's sign rule for its temperature (tau_pos where A > 0, tau_neg where
-A <= 0). The surrogates are centred (zero at r = 1), like :func:`sapo_lab.objective.losses.sapo_token_surrogate`.
+A <= 0). The surrogates are centred (zero at r = 1), like :func:`sapo_lab.objective.gates.sapo_token_surrogate`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from .gates import _as_tensor, check_temperature, log_gate_weight
+from .gates import _as_tensor, check_temperature, log_gate_weight, sapo_token_surrogate
 
 # |r - 1| at which SAPO's gate sech^2(tau (r-1)/2) equals 1/2, times tau: 2 acosh(sqrt 2) = 2 asinh(1).
 SAPO_HALF_WIDTH_TIMES_TAU = 2.0 * math.asinh(1.0)
@@ -130,3 +130,18 @@ def gaussian_token_surrogate(log_ratio: torch.Tensor, tau) -> torch.Tensor:
     tau = torch.as_tensor(tau, dtype=log_ratio.dtype, device=log_ratio.device)
     tau = torch.broadcast_to(tau, log_ratio.shape).contiguous()
     return _CentredGaussianGate.apply(log_ratio, tau)
+
+
+def directional_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, tau) -> torch.Tensor:
+    """Directional smooth clip as a function of the log ratio (an objective to maximize).
+
+    SAPO's centred gate on the side the hard clip would cut (z > 0 for A > 0, z < 0 for
+    A < 0), the unclipped ``e^z - 1`` on the other. Each branch sees a masked copy of z,
+    so a branch not taken never meets a huge e^z (0 * inf in the backward); A = 0 tokens
+    take the soft branch, whose coefficient is always finite (their loss is 0 anyway).
+    """
+    with torch.no_grad():
+        identity = ((adv > 0) & (log_ratio <= 0)) | ((adv < 0) & (log_ratio >= 0))
+    zeros = torch.zeros_like(log_ratio)
+    soft = sapo_token_surrogate(torch.where(identity, zeros, log_ratio), tau)
+    return torch.where(identity, torch.expm1(torch.where(identity, log_ratio, zeros)), soft)

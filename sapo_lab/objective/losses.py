@@ -1,7 +1,7 @@
 """Policy losses for group-based LLM RL: SAPO, GRPO's PPO clip, and GSPO.
 
 All of them (and the §14.2 ablation kernels of :mod:`sapo_lab.objective.kernels`) share one
-pipeline (Algorithm 2 of the review):
+pipeline (Algorithm 2 of the review); each is a row of :data:`sapo_lab.objective.registry.KERNELS`:
 
 1. ``z = logp - behavior_logp`` on the valid response tokens (behavior log-probs are
    frozen: they carry no gradient);
@@ -23,88 +23,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import NonFiniteError
-from .clip import check_clip_eps
-from .gates import check_temperature, log_gate_weight, log_update_coefficient_from_log_ratio
-from .kernels import gaussian_token_surrogate, log_directional_gate_from_log_ratio, log_gaussian_gate_from_log_ratio
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
+from .registry import IMPORTANCE_SAMPLING_LEVELS, kernel_for
+from .registry import LOSS_TYPES as LOSS_TYPES  # re-exported: sapo_lab.LOSS_TYPES and the book import it from here
 
-LOSS_TYPES = ("sapo", "grpo", "gspo", "sapo_directional", "gauss")
-# Kernels that take SAPO's temperatures (tau_pos / tau_neg); the others take the clip epsilons.
-# The review's §14.2 ablation: grpo (directional hard clip), sapo_directional (directional
-# smooth clip), sapo (bidirectional smooth), gauss (another smooth shape); see sapo_lab.objective.kernels.
-SMOOTH_LOSS_TYPES = ("sapo", "sapo_directional", "gauss")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MAX_LOG_RATIO_POLICIES = ("record", "skip", "error")
-
-
-class _CentredSoftGate(torch.autograd.Function):
-    """(2/tau) tanh(tau (e^z - 1) / 2) with d/dz = e^z w_tau(e^z), computed in log space.
-
-    The backward uses differentiable torch ops, so double backward (Hessians,
-    meta-gradients) works too.
-    """
-
-    @staticmethod
-    def forward(ctx, z, tau):
-        ctx.save_for_backward(z, tau)
-        return (2.0 / tau) * torch.tanh(tau * torch.expm1(z) / 2.0)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        z, tau = ctx.saved_tensors
-        return grad_out * torch.exp(log_update_coefficient_from_log_ratio(z, tau)), None
-
-
-def token_temperatures(token_adv: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
-    """SAPO's sign rule: tau_pos where A > 0, tau_neg where A <= 0 (a constant under autograd)."""
-    return torch.where(token_adv > 0, torch.full_like(token_adv, float(tau_pos)), torch.full_like(token_adv, float(tau_neg)))
-
-
-def sapo_token_surrogate(log_ratio: torch.Tensor, tau) -> torch.Tensor:
-    """Centred SAPO surrogate as a function of the log ratio (an objective to maximize)."""
-    tau = torch.as_tensor(tau, dtype=log_ratio.dtype, device=log_ratio.device)
-    tau = torch.broadcast_to(tau, log_ratio.shape).contiguous()
-    return _CentredSoftGate.apply(log_ratio, tau)
-
-
-def clip_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
-    """min(rA, clip(r)A) / A written so that saturated tokens never touch exp(z).
-
-    Returns (surrogate without the factor A, active mask). Where the clip is active the
-    surrogate is r and its z-derivative is r; elsewhere it is the constant bound.
-    """
-    with torch.no_grad():
-        r = torch.exp(log_ratio)
-        active = ((adv > 0) & (r < 1.0 + eps_high)) | ((adv < 0) & (r > 1.0 - eps_low))
-        bound = torch.where(adv > 0, torch.full_like(r, 1.0 + eps_high), torch.full_like(r, 1.0 - eps_low))
-    safe_z = torch.where(active, log_ratio, torch.zeros_like(log_ratio))
-    return torch.where(active, torch.exp(safe_z), bound), active
-
-
-def directional_token_surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, tau) -> torch.Tensor:
-    """Directional smooth clip as a function of the log ratio (an objective to maximize).
-
-    SAPO's centred gate on the side the hard clip would cut (z > 0 for A > 0, z < 0 for
-    A < 0), the unclipped ``e^z - 1`` on the other. Each branch sees a masked copy of z,
-    so a branch not taken never meets a huge e^z (0 * inf in the backward); A = 0 tokens
-    take the soft branch, whose coefficient is always finite (their loss is 0 anyway).
-    """
-    with torch.no_grad():
-        identity = ((adv > 0) & (log_ratio <= 0)) | ((adv < 0) & (log_ratio >= 0))
-    zeros = torch.zeros_like(log_ratio)
-    soft = sapo_token_surrogate(torch.where(identity, zeros, log_ratio), tau)
-    return torch.where(identity, torch.expm1(torch.where(identity, log_ratio, zeros)), soft)
-
-
-def kernel_log_gate(loss_type: str, log_ratio: torch.Tensor, adv: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """log w(r) of a smooth kernel at r = e^z: the log of the share of |A| r the kernel keeps."""
-    if loss_type == "sapo":
-        return log_gate_weight(torch.exp(log_ratio), tau)
-    if loss_type == "sapo_directional":
-        return log_directional_gate_from_log_ratio(log_ratio, adv, tau)
-    if loss_type == "gauss":
-        return log_gaussian_gate_from_log_ratio(log_ratio, tau)
-    raise ValueError(f"kernel_log_gate is defined for {SMOOTH_LOSS_TYPES}, got {loss_type!r}")
 
 
 @dataclass
@@ -186,17 +109,17 @@ def policy_loss(
         0/1 mask of valid response tokens (prompt and padding are 0).
     advantages : (batch,)
         One fixed advantage per response (no gradient flows into it).
-    loss_type : "sapo" | "grpo" | "gspo" | "sapo_directional" | "gauss"
-        ``grpo`` is PPO's clipped surrogate on token ratios; ``gspo`` is the same clip on
-        the sequence ratio. ``sapo_directional`` applies SAPO's gate only on the side the
-        clip would cut (identity on the other); ``gauss`` is a Gaussian gate with SAPO's
-        slope and half-width at r = 1 (:mod:`sapo_lab.objective.kernels`). Both use tau_pos/tau_neg.
+    loss_type : a key of :data:`~sapo_lab.objective.registry.KERNELS` (``LOSS_TYPES``)
+        ``sapo``, ``grpo`` (PPO's clip on token ratios), ``gspo`` (the same clip on the
+        sequence ratio), ``sapo_directional`` (SAPO's gate only on the side the clip would
+        cut) or ``gauss`` (a Gaussian gate with SAPO's slope and half-width at r = 1).
     tau_pos, tau_neg : SAPO temperatures for A > 0 and A <= 0 (TRL's
         ``sapo_temperature_pos`` / ``sapo_temperature_neg``), for every smooth kernel.
-    clip_eps_low, clip_eps_high : clip range [1 - low, 1 + high] for grpo/gspo.
+    clip_eps_low, clip_eps_high : clip range [1 - low, 1 + high] for the clip kernels.
+        A kernel reads only the settings its registry row names (``Kernel.reads``).
     importance_sampling_level : "token" | "sequence" | None
-        None means "sequence" for gspo and "token" otherwise. Sequence level replaces
-        every token's log ratio by its response's mean log ratio.
+        None means the kernel's default ("sequence" for gspo, "token" otherwise). Sequence
+        level replaces every token's log ratio by its response's mean log ratio.
     aggregation : "per_response" | "token_pool" (see :mod:`sapo_lab.objective.masks`).
     max_log_ratio, max_log_ratio_policy :
         Tokens (or, at sequence level, responses) with ``|log ratio| > max_log_ratio``
@@ -207,27 +130,24 @@ def policy_loss(
         ``"error"`` raises ``ValueError``. Nothing is ever clamped silently.
     compute_stats : skip the diagnostics (quantiles etc.) when False.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    kernel = kernel_for(loss_type)
     if importance_sampling_level is None:
-        importance_sampling_level = "sequence" if loss_type == "gspo" else "token"
+        importance_sampling_level = kernel.default_level
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(
             f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {importance_sampling_level!r}"
         )
-    if loss_type == "gspo" and importance_sampling_level != "sequence":
-        raise ValueError("loss_type='gspo' is the clip on the sequence ratio; use loss_type='grpo' for token ratios")
+    if (problem := kernel.level_error(importance_sampling_level)) is not None:
+        raise ValueError(problem)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
     if max_log_ratio_policy not in MAX_LOG_RATIO_POLICIES:
         raise ValueError(f"max_log_ratio_policy must be one of {MAX_LOG_RATIO_POLICIES}, got {max_log_ratio_policy!r}")
     if not float(max_log_ratio) > 0:
         raise ValueError(f"max_log_ratio must be > 0, got {max_log_ratio!r}")
-    if loss_type in SMOOTH_LOSS_TYPES:
-        check_temperature(tau_pos)
-        check_temperature(tau_neg)
-    else:
-        check_clip_eps(clip_eps_low, clip_eps_high)
+    given = {"tau_pos": tau_pos, "tau_neg": tau_neg, "clip_eps_low": clip_eps_low, "clip_eps_high": clip_eps_high}
+    settings = [given[name] for name in kernel.reads]
+    kernel.check(*settings)
     valid = _check_inputs(logp, behavior_logp, advantages, mask)
 
     dtype = logp.dtype
@@ -256,20 +176,7 @@ def policy_loss(
         raise ValueError("every valid token was skipped by max_log_ratio_policy='skip'")
 
     a_tok = adv[:, None].expand_as(z)
-    if loss_type == "sapo":
-        tau = token_temperatures(a_tok, tau_pos, tau_neg)
-        surrogate = sapo_token_surrogate(z, tau)
-        active = None
-    elif loss_type == "sapo_directional":
-        tau = token_temperatures(a_tok, tau_pos, tau_neg)
-        surrogate = directional_token_surrogate(z, a_tok, tau)
-        active = None
-    elif loss_type == "gauss":
-        tau = token_temperatures(a_tok, tau_pos, tau_neg)
-        surrogate = gaussian_token_surrogate(z, tau)
-        active = None
-    else:
-        surrogate, active = clip_token_surrogate(z, a_tok, clip_eps_low, clip_eps_high)
+    surrogate, gate_state = kernel.token_surrogate(z, a_tok, *settings)
     token_loss = -a_tok * surrogate
     weight = aggregation_weights(used, aggregation, dtype=dtype)
     loss = torch.where(used, weight * token_loss, torch.zeros_like(token_loss)).sum()
@@ -277,8 +184,7 @@ def policy_loss(
     stats: dict = {}
     if compute_stats:
         with torch.no_grad():
-            stats = _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active,
-                                tau if loss_type in SMOOTH_LOSS_TYPES else None, loss_type=loss_type)
+            stats = _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, kernel, gate_state)
             stats.update(
                 loss_type=loss_type,
                 importance_sampling_level=importance_sampling_level,
@@ -290,21 +196,12 @@ def policy_loss(
     return PolicyLossOutput(loss=loss, stats=stats, token_loss=token_loss, token_weight=weight)
 
 
-def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau, loss_type="sapo") -> dict:
+def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, kernel, gate_state) -> dict:
     zd = z.double()[used]
     ratio = torch.exp(zd)
     a = a_tok.double()[used]
-    if tau is not None and loss_type != "sapo":
-        log_gate = kernel_log_gate(loss_type, zd, a, tau.double()[used])
-        log_coef = zd + log_gate
-    elif tau is not None:
-        t = tau.double()[used]
-        log_gate = log_gate_weight(ratio, t)  # log(c / r) = log w
-        log_coef = log_update_coefficient_from_log_ratio(zd, t)
-    else:
-        act = active[used]
-        log_gate = torch.where(act, torch.zeros_like(zd), torch.full_like(zd, float("-inf")))
-        log_coef = torch.where(act, zd, torch.full_like(zd, float("-inf")))
+    state = gate_state[used]
+    log_gate, log_coef = kernel.log_weights(zd, a, state.double() if state.is_floating_point() else state)
     coef = torch.exp(log_coef)
     # Fraction of |A| * r (the unclipped importance-weighted update) that the surrogate
     # removes, weighted like the loss; softmax over log weights keeps it finite when r overflows.
@@ -332,8 +229,8 @@ def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, active, tau, lo
     out.update(split)
     out.update(_quantiles(ratio, "ratio"))
     out.update(_quantiles(coef, "coef"))
-    if active is not None:
-        out["clip_frac"] = float(((~active[used]) & signed).double().mean())
+    if kernel.hard_clip:  # the share of signed tokens the clip silences (gate exactly 0)
+        out["clip_frac"] = float(((log_gate == float("-inf")) & signed).double().mean())
     return out
 
 

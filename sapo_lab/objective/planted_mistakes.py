@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from .gates import gate_weight, update_coefficient
-from .losses import policy_loss, sapo_token_surrogate, token_temperatures
+from .gates import gate_weight, sapo_token_surrogate, token_temperatures, update_coefficient
+from .losses import policy_loss
 from .masks import masked_mean
 
 

@@ -19,8 +19,9 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, MAX_LOG_RATIO_POLICIES
+from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..objective.masks import AGGREGATIONS
+from ..objective.registry import KERNELS, LOSS_TYPES, kernel_for, resolved_level
 from ..tasks import make_task
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
@@ -91,21 +92,19 @@ class OptimizationConfig:
 class LossConfig:
     """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
 
-    loss_type: str = "sapo"  # one of sapo_lab.objective.losses.LOSS_TYPES (sapo, grpo, gspo, sapo_directional, gauss)
+    loss_type: str = "sapo"  # a kernel of sapo_lab.objective.registry (sapo, grpo, gspo, sapo_directional, gauss)
     sapo_temperature_pos: float = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
     sapo_temperature_neg: float = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
     epsilon: float = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
     epsilon_high: float | None = None  # None: same as epsilon
-    importance_sampling_level: str | None = None  # None: sequence for gspo, token otherwise
+    importance_sampling_level: str | None = None  # None: the kernel's default (sequence for gspo, token otherwise)
     aggregation: str = "per_response"  # one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)
     max_log_ratio: float = 20.0  # |log r| above this counts as extreme staleness
     max_log_ratio_policy: str = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
 
     def resolved_importance_sampling_level(self) -> str:
-        """The level ``policy_loss`` uses: the configured one, else sequence for gspo and token otherwise."""
-        if self.importance_sampling_level is not None:
-            return self.importance_sampling_level
-        return "sequence" if self.loss_type == "gspo" else "token"
+        """The level ``policy_loss`` uses: the configured one, else the kernel's default."""
+        return resolved_level(self.loss_type, self.importance_sampling_level)
 
     def policy_loss_kwargs(self) -> dict:
         """The keyword arguments of :func:`sapo_lab.policy_loss` that this config sets: the one mapping."""
@@ -396,7 +395,7 @@ _RULES = [
     ("optimization.adam_beta2", lambda v: 0 <= v < 1, "Adam betas must be in [0, 1)"),
     ("optimization.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 = off)"),
     ("optimization.beta", lambda v: v >= 0, "must be >= 0"),
-    ("loss.loss_type", lambda v: v in LOSS_TYPES, f"must be one of {LOSS_TYPES}"),
+    ("loss.loss_type", lambda v: isinstance(v, str) and v in KERNELS, f"must be one of {LOSS_TYPES}"),
     ("loss.sapo_temperature_pos", lambda v: v > 0, "must be > 0"),
     ("loss.sapo_temperature_neg", lambda v: v > 0, "must be > 0"),
     ("loss.epsilon", lambda v: 0 < v < 1, "must be in (0, 1)"),
@@ -429,8 +428,8 @@ def validate(cfg: TrainConfig) -> None:
     n = r.prompts_per_rollout * r.num_generations
     _require(1 <= o.steps_per_generation <= n, "optimization.steps_per_generation", o.steps_per_generation,
              f"must be in [1, responses per rollout = {n}]")
-    _require(not (lc.loss_type == "gspo" and lc.importance_sampling_level == "token"), "loss.importance_sampling_level",
-             lc.importance_sampling_level, "gspo is defined on the sequence ratio")
+    level_problem = kernel_for(lc.loss_type).level_error(lc.importance_sampling_level)
+    _require(level_problem is None, "loss.importance_sampling_level", lc.importance_sampling_level, str(level_problem))
     _require(len(e.pass_k) >= 1 and all(1 <= k <= e.num_samples for k in e.pass_k), "evaluation.pass_k", e.pass_k,
              f"each k must be in [1, num_samples={e.num_samples}]")
     make_task(cfg.task.name, cfg.task.options)  # its errors name task.name / task.options

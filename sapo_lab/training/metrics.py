@@ -9,6 +9,7 @@ import torch
 
 from ..objective.diagnostics import ratio_quantiles, step_diagnostics
 from ..objective.losses import SIGNAL_CELLS
+from ..objective.registry import kernel_for
 from .rollout import RolloutBatch
 from .update import UpdateResult
 
@@ -25,8 +26,6 @@ AVERAGED_STATS = (
     *(f"signal_share_{sign}_{side}" for sign, side in SIGNAL_CELLS),
     "clip_frac",
 )
-# Loss types whose kernel has a hard clip, so a missing clip_frac means "nothing to measure".
-HARD_CLIP_LOSSES = ("grpo", "gspo")
 
 
 def pooled_ratio_quantiles(updates: list[UpdateResult], tau_pos: float, tau_neg: float) -> dict:
@@ -105,7 +104,7 @@ def metrics_row(
         vals = [s[key] for s in trained if key in s and math.isfinite(s[key])]
         if vals:
             row[key] = _mean(vals)
-        elif key != "clip_frac" or loss_type in HARD_CLIP_LOSSES:
+        elif key != "clip_frac" or kernel_for(loss_type).hard_clip:  # clip_frac exists only for hard clips
             row[key] = None  # every minibatch was all zero-advantage (or the cell was empty): nothing to measure
     compared = [u.gradient_comparison for u in updates if u.gradient_comparison is not None]
     if compared:

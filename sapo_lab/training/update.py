@@ -24,6 +24,7 @@ import torch
 from ..errors import NonFiniteError, TrainingDiverged
 from ..objective.diagnostics import token_sequence_gradient_comparison
 from ..objective.losses import kl_to_reference, policy_loss
+from ..objective.registry import token_level_kernel
 from .device import ModelTimer, autocast_for
 from .model import response_logprobs
 from .rollout import MiniBatch
@@ -50,12 +51,11 @@ class UpdateResult:
 def comparison_kwargs(loss_config) -> dict:
     """``policy_loss_kwargs`` for the gradient comparison, which sets the level itself.
 
-    GSPO is sequence-level by definition; its token-level twin is GRPO's clip.
+    A kernel defined only on sequence ratios (gspo) is compared through its token twin (grpo).
     """
     kwargs = loss_config.policy_loss_kwargs()
     kwargs.pop("importance_sampling_level")
-    if kwargs["loss_type"] == "gspo":
-        kwargs["loss_type"] = "grpo"
+    kwargs["loss_type"] = token_level_kernel(kwargs["loss_type"])
     return kwargs
 
 
