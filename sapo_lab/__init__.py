@@ -8,25 +8,20 @@ frameworks' SAPO), ``viz`` (the book's figures) and ``cli`` on top.
 """
 
 from ._version import __version__
-from .objective.advantages import group_advantages
-from .objective.audit import AuditTable, gradient_audit
-from .objective.clip import clip_is_active, ppo_clip_derivative, ppo_clip_surrogate
-from .objective.gates import (
-    centered_soft_gate,
-    gate_weight,
-    log_gate_weight,
-    log_update_coefficient_from_log_ratio,
-    sapo_token_surrogate,
-    soft_gate,
-    update_coefficient,
-)
-from .objective.losses import LOSS_TYPES, PolicyLossOutput, policy_loss
-from .objective.masks import aggregation_weights, mask_from_lengths, masked_mean, response_lengths
 
-# The training stack imports transformers, which is slow to load; the loss library does not
-# need it, so these names are resolved on first use (PEP 562). The sampling function stays
-# sapo_lab.training.rollout.rollout.
+# Every name is resolved on first use (PEP 562): the loss library imports torch and the
+# training stack transformers, and neither is needed to answer ``python -m sapo_lab --help``
+# or to read tasks and studies. The sampling function stays sapo_lab.training.rollout.rollout.
 _LAZY = {
+    "group_advantages": "objective.advantages",
+    "AuditTable": "objective.audit", "gradient_audit": "objective.audit",
+    "clip_is_active": "objective.clip", "ppo_clip_derivative": "objective.clip", "ppo_clip_surrogate": "objective.clip",
+    "centered_soft_gate": "objective.gates", "gate_weight": "objective.gates", "log_gate_weight": "objective.gates",
+    "log_update_coefficient_from_log_ratio": "objective.gates", "sapo_token_surrogate": "objective.gates",
+    "soft_gate": "objective.gates", "update_coefficient": "objective.gates",
+    "LOSS_TYPES": "objective.losses", "PolicyLossOutput": "objective.losses", "policy_loss": "objective.losses",
+    "aggregation_weights": "objective.masks", "mask_from_lengths": "objective.masks", "masked_mean": "objective.masks",
+    "response_lengths": "objective.masks",
     "TrainConfig": "training.config", "load_config": "training.config",
     "evaluate": "training.evaluation", "pass_at_k": "training.evaluation",
     "build_model": "training.model", "load_model_and_tokenizer": "training.model",

@@ -1,8 +1,13 @@
-"""``python -m sapo_lab train|eval|sample|compare|export-trl --config PRESET_OR_FILE [--output-dir DIR] [--key value ...]``.
+"""``python -m sapo_lab COMMAND ...``: every command in one argparse tree, one error handler.
 
-``--key value`` overrides any config field, by dotted path (``--loss.loss_type grpo``)
-or by its unique leaf name (``--loss_type grpo``). User mistakes print one line on
-stderr and exit with status 2; a diverged run exits with status 1.
+``train``, ``eval``, ``sample``, ``compare`` and ``export-trl`` take ``--config
+PRESET_OR_FILE`` and ``--key value`` overrides of any config field, by dotted path
+(``--loss.loss_type grpo``) or by its unique leaf name (``--loss_type grpo``); each
+command's ``--help`` lists every key with its default and comment, generated from the
+config tree. ``study`` runs a declared study, ``conformance`` audits a user's SAPO loss.
+User mistakes print one line on stderr and exit with status 2; a diverged run exits with
+status 1. Nothing heavy is imported before the command line is parsed, so ``--help``
+answers without loading torch or transformers.
 """
 
 from __future__ import annotations
@@ -10,12 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import NonFiniteError, TrainingDiverged
-from .integrations.trl_export import add_export_trl_parser, export_trl_command  # hook: export-trl
-from .training.config import load_config
+from .tasks import SPLITS
+from .training.config_keys import config_keys_help
+
+DEFAULT_PRESET = "cpu-tiny"
 
 
 class UsageError(ValueError):
@@ -25,48 +35,6 @@ class UsageError(ValueError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, status 2, no usage dump
         raise UsageError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m sapo_lab", description="Train and evaluate GPT-2 policies with SAPO / GRPO / GSPO.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, help_ in (
-        ("train", "cold start, then RL; writes summary.json"),
-        ("eval", "held-out Pass@1 / pass@k / greedy accuracy of a model"),
-        ("sample", "print a few sampled answers with the verifier's verdicts"),
-        ("compare", "train several loss types and seeds; write one results table"),
-    ):
-        sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--config", default=None, help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file (default cpu-tiny)")
-        sp.add_argument("--output-dir", default=None, help="run directory (default: runs/<command>-...)")
-        if name in ("train", "compare"):
-            sp.add_argument(
-                "--model",
-                dest="model_path",
-                default=None,
-                help="policy to start from: a size name, a Hugging Face model directory or hub name "
-                "(same as --model.name_or_path)",
-            )
-        if name == "train":
-            sp.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
-        if name in ("train", "compare"):
-            sp.add_argument("--overwrite", action="store_true", help="replace another run's files in the output folder")
-        if name in ("eval", "sample"):
-            sp.add_argument(
-                "--model",
-                dest="model_path",
-                default=None,
-                help="model directory or hub name (default: the config's model, cold-started)",
-            )
-            sp.add_argument("--split", default="eval", choices=("train", "dev", "eval"))
-        if name == "sample":
-            sp.add_argument("--num", type=int, default=8, help="number of prompts to show")
-        if name == "compare":
-            sp.add_argument("--loss-types", default="sapo,grpo,gspo")
-            sp.add_argument("--seeds", default="0,1,2")
-    add_export_trl_parser(sub)  # hook: export-trl
-    sub.add_parser("conformance", help="audit a SAPO loss: conformance MODULE:FUNCTION (see its --help)")
-    return p
 
 
 def parse_overrides(rest: list[str]) -> dict:
@@ -87,6 +55,39 @@ def parse_overrides(rest: list[str]) -> dict:
             i += 2
         out[key] = value
     return out
+
+
+# ---------------------------------------------------------------- what follows the flags
+
+
+def _config_overrides(args, rest: list[str]) -> dict:
+    """A config command's ``--key value`` overrides; ``--config`` falls back to the default preset.
+
+    Whether ``--config`` was typed is kept: on ``--resume`` only typed keys are compared.
+    """
+    args.config_given, args.config = args.config is not None, args.config or DEFAULT_PRESET
+    return parse_overrides(rest)
+
+
+def _nothing_more(args, rest: list[str]) -> dict:
+    """Commands without config overrides accept no further arguments."""
+    if rest:
+        raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
+    return {}
+
+
+def _load_config(preset_or_file: str, overrides: dict):
+    from transformers.utils import logging as hf_logging
+
+    from .training.config import load_config
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar
+    return load_config(preset_or_file, overrides)
+
+
+def _with_start_model(args, overrides: dict) -> dict:
+    """``--model`` of train/compare is the policy to start from: ``model.name_or_path``."""
+    return {**overrides, "model.name_or_path": args.model_path} if args.model_path else overrides
 
 
 def _log(msg: str) -> None:
@@ -120,7 +121,8 @@ def cmd_train(args, overrides) -> int:
     """``train``: cold start, then RL; prints the summary table."""
     from .training.trainer import train
 
-    cfg = load_config(args.config, overrides)
+    overrides = _with_start_model(args, overrides)
+    cfg = _load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
     from .training.run_folder import requested_keys
 
@@ -158,7 +160,7 @@ def cmd_eval(args, overrides) -> int:
     """``eval``: held-out Pass@1, pass@k and greedy accuracy of a model on one split."""
     from .training.evaluation import held_out_eval
 
-    cfg = load_config(args.config, overrides)
+    cfg = _load_config(args.config, overrides)
     model, tok, splits, task = _model_for(args, cfg)
     res = held_out_eval(model, tok, cfg, splits[args.split], task.verify)
     print(f"Pass@1 ({res['num_samples']} samples/prompt, T={res['temperature']}): {_fmt_ci(res['pass1'], res['pass1_ci95'])}")
@@ -182,7 +184,7 @@ def cmd_sample(args, overrides) -> int:
 
     from .training.rollout import rollout
 
-    cfg = load_config(args.config, overrides)
+    cfg = _load_config(args.config, overrides)
     if args.num < 1:
         raise UsageError(f"--num must be >= 1, got {args.num}")
     model, tok, splits, task = _model_for(args, cfg)
@@ -206,6 +208,7 @@ def cmd_compare(args, overrides) -> int:
     """``compare``: train every loss type x seed, then write and print one results table."""
     from .training.trainer import train
 
+    overrides = _with_start_model(args, overrides)
     loss_types = [s for s in args.loss_types.split(",") if s]
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -214,7 +217,7 @@ def cmd_compare(args, overrides) -> int:
     if not loss_types or not seeds:
         raise UsageError("--loss-types and --seeds must each name at least one value")
     configs = [
-        (lt, s, load_config(args.config, {**overrides, "loss_type": lt, "seed": s})) for lt in loss_types for s in seeds
+        (lt, s, _load_config(args.config, {**overrides, "loss_type": lt, "seed": s})) for lt in loss_types for s in seeds
     ]  # validate every config before training any
     out_dir = args.output_dir or os.path.join("runs", f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
     rows = []
@@ -248,41 +251,180 @@ def cmd_compare(args, overrides) -> int:
     return 0
 
 
-COMMANDS = {
-    "train": cmd_train,
-    "eval": cmd_eval,
-    "sample": cmd_sample,
-    "compare": cmd_compare,
-    "export-trl": export_trl_command,  # hook: export-trl
-}
+def cmd_export_trl(args, overrides) -> int:
+    """``export-trl``: write train_trl.py and an accelerate config that run this config on TRL."""
+    from .integrations.trl_export import export_trl_command
+
+    return export_trl_command(args, overrides)
+
+
+def cmd_study(args, overrides) -> int:
+    """``study``: run or continue a declared study, or (``--list``) list its runs and their status."""
+    from .studies import expand_runs, load_declaration, run_status, run_study
+
+    m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+    if not m or not int(m[1]) < int(m[2]):
+        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
+    if args.list:
+        study = load_declaration(args.study)
+        for run in expand_runs(study, args.results_root):
+            run_dir = os.path.join(args.results_root, study["name"], "runs", run["run_id"])
+            print(f"{run_status(run_dir):<8} {run['run_id']}")
+        return 0
+    res = run_study(
+        args.study,
+        args.results_root,
+        log=_log,
+        progress=False if args.no_progress else None,
+        shard=(int(m[1]), int(m[2])),
+        methods=args.methods.split(",") if args.methods else None,
+    )
+    print(f"{res['status']}: {len(res['rows'])} finished runs; summary: {os.path.join(res['results'], 'summary.csv')}")
+    return 130 if res["status"] == "interrupted" else 0
+
+
+def cmd_conformance(args, overrides) -> int:
+    """``conformance``: audit a user's SAPO loss and print its report card (0 pass, 1 differs)."""
+    from .conformance.cli import run_conformance
+
+    return run_conformance(args)
+
+
+# ---------------------------------------------------------------- the flags of each command
+
+
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    """``--config`` and, listed in the help, every config key as ``--KEY VALUE``."""
+    p.add_argument("--config", default=None, help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file (default cpu-tiny)")
+    p.epilog = config_keys_help(DEFAULT_PRESET)
+    p.set_defaults(read_rest=_config_overrides)
+
+
+def _run_dir_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output-dir", default=None, help="run directory (default: runs/<command>-...)")
+
+
+def _start_model_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        dest="model_path",
+        default=None,
+        help="policy to start from: a size name, a Hugging Face model directory or hub name (same as --model.name_or_path)",
+    )
+
+
+def _overwrite_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true", help="replace another run's files in the output folder")
+
+
+def _scored_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", dest="model_path", default=None,
+                   help="model directory or hub name (default: the config's model, cold-started)")
+    p.add_argument("--split", default="eval", choices=SPLITS)
+
+
+def _train_flags(p: argparse.ArgumentParser) -> None:
+    _config_flags(p)
+    _run_dir_flag(p)
+    _start_model_flag(p)
+    p.add_argument("--resume", action="store_true", help="continue the run in --output-dir")
+    _overwrite_flag(p)
+
+
+def _eval_flags(p: argparse.ArgumentParser) -> None:
+    _config_flags(p)
+    _run_dir_flag(p)
+    _scored_model_flags(p)
+
+
+def _sample_flags(p: argparse.ArgumentParser) -> None:
+    _eval_flags(p)
+    p.add_argument("--num", type=int, default=8, help="number of prompts to show")
+
+
+def _compare_flags(p: argparse.ArgumentParser) -> None:
+    _config_flags(p)
+    _run_dir_flag(p)
+    _start_model_flag(p)
+    _overwrite_flag(p)
+    p.add_argument("--loss-types", default="sapo,grpo,gspo")
+    p.add_argument("--seeds", default="0,1,2")
+
+
+def _export_trl_flags(p: argparse.ArgumentParser) -> None:
+    _config_flags(p)
+    p.add_argument("--output-dir", required=True, help="directory for train_trl.py, accelerate_config.yaml, README.md")
+    p.add_argument("--model", dest="model_path", default=None,
+                   help="any Hugging Face causal LM (directory or hub name, e.g. Qwen/Qwen2.5-0.5B); default: the config's")
+    p.add_argument("--prompt-format", default="plain",
+                   help="plain (text prompts, the default) or chat (messages through the tokenizer's chat template)")
+
+
+def _study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", help="study file, e.g. experiments/main_comparison.json")
+    p.add_argument("--results-root", default="results")
+    p.add_argument("--shard", default="0/1", help="I/N: run only every N-th run starting at I (parallel processes)")
+    p.add_argument("--methods", default=None, help="comma-separated: run only these methods' runs (e.g. primary first)")
+    p.add_argument("--list", action="store_true", help="list the runs and their status; run nothing")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _conformance_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    p.add_argument("--tau-pos", type=float, default=1.0, help="temperature the loss uses for A > 0 (default 1.0)")
+    p.add_argument("--tau-neg", type=float, default=1.05, help="temperature the loss uses for A <= 0 (default 1.05)")
+    p.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
+    p.add_argument("--level", default="token", choices=("token", "sequence"), help="importance-sampling level expected")
+    p.add_argument("--name", default=None, help="name on the card (default: the target)")
+    p.add_argument("--json", default=None, help="write the card as JSON to this file")
+    p.add_argument("--markdown", default=None, help="write the card as Markdown to this file")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, the function that adds its flags, the function that runs it."""
+
+    name: str
+    help: str
+    flags: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, dict], int]
+
+
+COMMANDS = (
+    Command("train", "cold start, then RL; writes summary.json", _train_flags, cmd_train),
+    Command("eval", "held-out Pass@1 / pass@k / greedy accuracy of a model", _eval_flags, cmd_eval),
+    Command("sample", "print a few sampled answers with the verifier's verdicts", _sample_flags, cmd_sample),
+    Command("compare", "train several loss types and seeds; write one results table", _compare_flags, cmd_compare),
+    Command("export-trl", "write train_trl.py + accelerate config to run this config on TRL", _export_trl_flags,
+            cmd_export_trl),
+    Command("study", "run or continue a declared study (experiments/NAME.json -> results/NAME/)", _study_flags, cmd_study),
+    Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
+            _conformance_flags, cmd_conformance),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: one subparser per entry of ``COMMANDS``."""
+    p = _Parser(prog="python -m sapo_lab", description="Train and evaluate GPT-2 policies with SAPO / GRPO / GSPO.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for c in COMMANDS:
+        sp = sub.add_parser(c.name, help=c.help, description=c.help, formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.set_defaults(run=c.run, read_rest=_nothing_more)
+        c.flags(sp)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit status (0 ok, 1 diverged, 2 user error, 130 interrupted).
+    """Run one command; returns the exit status (0 ok, 1 diverged or a failed audit, 2 user error, 130 interrupted).
 
-    User errors (``UsageError`` and the ``ValueError`` that config, task, model and run
-    checks raise) print one line; any other exception is an internal error and keeps its
-    traceback (``SAPO_LAB_DEBUG=1`` shows tracebacks for user errors too).
+    User errors (``UsageError`` and the ``ValueError`` that config, task, model, study and
+    run checks raise) print one line; any other exception is an internal error and keeps
+    its traceback (``SAPO_LAB_DEBUG=1`` shows tracebacks for user errors too).
     """
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["study"]:  # declared, resumable studies: sapo_lab/studies/study.py has its own parser
-        from .studies.study import main_study
-
-        return main_study(argv[1:])
-    if argv[:1] == ["conformance"]:  # audit a user's SAPO loss: sapo_lab/conformance/cli.py has its own parser
-        from .conformance.cli import main_conformance
-
-        return main_conformance(argv[1:])
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar
     try:
-        args, rest = _parser().parse_known_args(argv)
-        args.config_given, args.config = args.config is not None, args.config or "cpu-tiny"
-        overrides = parse_overrides(rest)
-        if args.command in ("train", "compare") and args.model_path:
-            overrides["model.name_or_path"] = args.model_path
-        return COMMANDS[args.command](args, overrides)
+        args, rest = build_parser().parse_known_args(argv)
+        return args.run(args, args.read_rest(args, rest))
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

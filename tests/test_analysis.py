@@ -9,8 +9,9 @@ import json
 import pytest
 
 from sapo_lab.studies.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
-from sapo_lab.studies.results import load_study as read_study
-from sapo_lab.studies.study import load_study, run_study
+from sapo_lab.studies.results import load_study
+from sapo_lab.studies.runner import run_study
+from sapo_lab.studies.spec import load_declaration
 
 PLAN = {
     "declared": "before running",
@@ -55,7 +56,7 @@ def _write(tmp_path, name, decl):
 
 def test_analysis_block_is_checked(tmp_path):
     # each bad plan a user could write is a one-line error naming the problem, not a later KeyError
-    assert load_study(_write(tmp_path, "ok", _declaration()))["analysis"]["alpha"] == 0.05
+    assert load_declaration(_write(tmp_path, "ok", _declaration()))["analysis"]["alpha"] == 0.05
     bad = [
         ({**PLAN, "declared": "yesterday"}, "declared"),
         ({**PLAN, "alpha": 5}, "alpha"),
@@ -69,7 +70,7 @@ def test_analysis_block_is_checked(tmp_path):
     ]
     for plan, message in bad:
         with pytest.raises(ValueError, match=message):
-            load_study(_write(tmp_path, "bad", _declaration(analysis=plan)))
+            load_declaration(_write(tmp_path, "bad", _declaration(analysis=plan)))
 
 
 def _fake_run(root, study, method, seed, final, dev, loss_type, metrics_seed=None, **loss):
@@ -104,7 +105,7 @@ def test_primary_results_pairs_by_seed_tunes_on_dev_and_adjusts_families(tmp_pat
         "grpo_e1": {0: (0.10, 0.9), 1: (0.20, 0.9), 2: (0.15, 0.9)},  # worst on eval, best on dev
     }
     _fake_study(tmp_path, "s", values)
-    res = {r["id"]: r for r in primary_results(read_study("s", tmp_path))}
+    res = {r["id"]: r for r in primary_results(load_study("s", tmp_path))}
     # paired by seed: SAPO - GRPO = -0.10, -0.15, -0.10 (pairing the wrong seeds would change these)
     assert res["Q1"]["comparison"].differences == pytest.approx([-0.10, -0.15, -0.10])
     assert res["Q1"]["comparison"].below == 3
@@ -122,7 +123,7 @@ def test_primary_results_wait_for_every_declared_seed(tmp_path):
     values = {m: {0: (0.5, 0.5), 1: (0.4, 0.5)} for m in METHODS}
     values["sapo"][2] = (0.3, 0.5)
     _fake_study(tmp_path, "s", values)
-    res = {r["id"]: r for r in primary_results(read_study("s", tmp_path))}
+    res = {r["id"]: r for r in primary_results(load_study("s", tmp_path))}
     assert res["Q1"]["status"] == "pending: 2 of 3 pairs finished" and res["Q1"]["comparison"] is None
     assert res["Q4"]["status"].startswith("pending: 3 runs") and res["Q4"]["p"] is None
 
@@ -137,7 +138,7 @@ def test_matched_pairs_count_a_shared_trajectory_once(tmp_path):
     cfg["optimization"]["steps_per_generation"] = 16
     (tmp_path / "b/runs/sapo_seed7/config.json").write_text(json.dumps(cfg))
     _fake_run(tmp_path, "b", "grpo", 7, 0.4, 0.5, "grpo")
-    studies = [read_study(n, tmp_path) for n in ("a", "b")]
+    studies = [load_study(n, tmp_path) for n in ("a", "b")]
     kept, dropped = matched_pairs(studies, lambda c: c["loss"]["loss_type"] == "sapo",
                                   lambda c: c["loss"]["loss_type"] == "grpo")
     assert [(p.seed, round(p.difference("final_pass1"), 6)) for p in kept] == [(0, -0.1)]
@@ -152,7 +153,7 @@ def test_declared_plan_is_frozen_once_run_and_methods_filter(tmp_path):
     decl.pop("analysis")
     out = tmp_path / "results" / "s"
     out.mkdir(parents=True)
-    (out / "study.json").write_text(json.dumps(load_study(_write(tmp_path, "s", decl))))  # as the runner saved it
+    (out / "study.json").write_text(json.dumps(load_declaration(_write(tmp_path, "s", decl))))  # as the runner saved it
     plan = {**PLAN, "declared": "post hoc",
             "tests": [{**PLAN["tests"][0], "method": "sapo", "reference": "sapo"}], "tuning": []}
     path = _write(tmp_path, "s", {**decl, "analysis": plan})
@@ -171,7 +172,7 @@ def test_cold_start_means_count_each_start_once():
     # grouping at all (21) are the plausible mistakes
     names = ["main_comparison", "staleness", "staleness_long", "equal_search_budget", "negative_tokens",
              "cost_of_conservatism", "suite_mix"]
-    studies = [read_study(n) for n in names]
+    studies = [load_study(n) for n in names]
     pairs, _ = matched_pairs(
         studies,
         lambda c: c["loss"]["loss_type"] == "sapo" and c["loss"]["sapo_temperature_neg"] == 1.05,

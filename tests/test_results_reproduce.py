@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sapo_lab.studies.study import kernel_fingerprint
+from sapo_lab.studies.environment import kernel_fingerprint
 from sapo_lab.training.config import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,8 @@ import os
 import pytest
 from _micro import MICRO
 
-from sapo_lab.studies.study import collapse_verdict, expand_runs, load_study, main_study, run_study
+from sapo_lab.cli import main
+from sapo_lab.studies import collapse_verdict, expand_runs, load_declaration, run_study
 
 BASE = {k: v for k, v in MICRO.items() if k not in ("optimization.max_steps", "max_train_time_s")}
 
@@ -119,40 +120,40 @@ def test_declaration_errors(tmp_path):
         study = json.loads(open(_write_study(tmp_path)).read())
         del study["collapse"]
         (tmp_path / "bad.json").write_text(json.dumps(study))
-        load_study(str(tmp_path / "bad.json"))
+        load_declaration(str(tmp_path / "bad.json"))
     with pytest.raises(ValueError, match="the budget and seeds are the study's"):
-        expand_runs(load_study(_write_study(tmp_path, methods={"sapo": {"max_steps": 9}})))
+        expand_runs(load_declaration(_write_study(tmp_path, methods={"sapo": {"max_steps": 9}})))
     with pytest.raises(ValueError, match="the budget and seeds are the study's"):
-        expand_runs(load_study(_write_study(tmp_path, grid={"seed": [1, 2]})))
+        expand_runs(load_declaration(_write_study(tmp_path, grid={"seed": [1, 2]})))
     with pytest.raises(ValueError, match="use 'budget'"):
-        expand_runs(load_study(_write_study(tmp_path, base={**BASE, "max_steps": 5})))
+        expand_runs(load_declaration(_write_study(tmp_path, base={**BASE, "max_steps": 5})))
     with pytest.raises(ValueError, match="both set"):
-        expand_runs(load_study(_write_study(tmp_path, grid={"loss.loss_type": ["sapo"]})))
+        expand_runs(load_declaration(_write_study(tmp_path, grid={"loss.loss_type": ["sapo"]})))
     with pytest.raises(ValueError, match="unknown study key"):
-        load_study(_write_study(tmp_path, budgets={}))
+        load_declaration(_write_study(tmp_path, budgets={}))
     with pytest.raises(ValueError, match="collapse criterion"):
-        load_study(_write_study(tmp_path, collapse=[{"metric": "entropy", "kind": "below"}]))
+        load_declaration(_write_study(tmp_path, collapse=[{"metric": "entropy", "kind": "below"}]))
     with pytest.raises(ValueError, match="a numeric value is needed"):
-        load_study(_write_study(tmp_path, selection=[{"by": "rollout_tokens"}]))
+        load_declaration(_write_study(tmp_path, selection=[{"by": "rollout_tokens"}]))
     with pytest.raises(ValueError, match="no value is needed"):
-        load_study(_write_study(tmp_path, selection=[{"by": "final", "value": 3}]))
+        load_declaration(_write_study(tmp_path, selection=[{"by": "final", "value": 3}]))
     with pytest.raises(ValueError, match="unknown config key"):
-        expand_runs(load_study(_write_study(tmp_path, grid={"learning_rat": [1e-3]})))
+        expand_runs(load_declaration(_write_study(tmp_path, grid={"learning_rat": [1e-3]})))
 
 
 def test_grid_expansion_and_cli(tmp_path, capsys):
     base = {k: v for k, v in BASE.items() if k != "cold_start.cache_dir"}
     grid = {"optimization.learning_rate": [1e-3, 3e-3], "steps_per_generation": [1, 4]}
     path = _write_study(tmp_path, base=base, grid=grid)
-    runs = expand_runs(load_study(path), str(tmp_path))
+    runs = expand_runs(load_declaration(path), str(tmp_path))
     assert len(runs) == 2 * 2 * 2 and len({r["run_id"] for r in runs}) == 8
     r = next(r for r in runs if r["run_id"] == "grpo_learning_rate=0.003_steps_per_generation=1_seed0")
     assert r["config"].optimization.learning_rate == 0.003 and r["config"].optimization.steps_per_generation == 1
     assert r["config"].loss.loss_type == "grpo"
     assert r["config"].cold_start.cache_dir == os.path.join(str(tmp_path), "tiny", "_coldstart")  # shared by the runs
-    assert main_study([path, "--list", "--results-root", str(tmp_path)]) == 0
+    assert main(["study", path, "--list", "--results-root", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("pending") == 8
-    assert main_study([str(tmp_path / "missing.json")]) == 2
+    assert main(["study", str(tmp_path / "missing.json")]) == 2
     assert "error: study file" in capsys.readouterr().err
 
 
@@ -165,7 +166,7 @@ def test_declared_studies_resolve():
     assert len(paths) >= 5, "the issue's five studies are declared"
     resolved = 0
     for path in paths:
-        study = load_study(path)
+        study = load_declaration(path)
         assert "Estimate" in study["description"] and study["collapse"], path
         loss_types = {ov.get("loss_type", "sapo") for ov in study["methods"].values()}
         if not loss_types <= set(LOSS_TYPES) or ("task.name" in study["base"] and "task.name" not in leaf_keys()):

@@ -84,7 +84,7 @@ def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
     "+" with "-") while the reader wrote "1e+06": the column named another number, and the reader
     could not find it. Runner and reader now share one tag, and every tag parses back to its value."""
     from sapo_lab.studies.results import Run, value_tag
-    from sapo_lab.studies.study import _flat_row
+    from sapo_lab.studies.summary import summary_row
 
     for value in (1e6, 2.5e7, 2e-4, 1e-6, 0.0002, 50000, 60):
         assert float(value_tag(value)) == value, value
@@ -93,7 +93,7 @@ def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
               "collapse": {"collapsed": False, "step": None, "reason": None}, "cold_start_pass1": 0.1,
               "final_pass1": 0.5, "final_pass1_ci95": None, "selections": [sel], "rollout_tokens": 1,
               "update_tokens": 1, "optimizer_steps": 1, "verifier_calls": 1, "train_elapsed_s": 1.0}
-    row = _flat_row(record, 1.0)
+    row = summary_row(record, 1.0)
     column = next(k for k in row if k.endswith("_step") and k.startswith("rollout_tokens"))
     tag = column[: -len("_step")]
     assert float(tag.split("_")[-1]) == 1e6

@@ -7,7 +7,6 @@ errors, 2 for a usage error (one line on stderr).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import math
@@ -17,25 +16,6 @@ import sys
 
 class ConformanceUsageError(ValueError):
     """A mistake on the command line or in the target: one line, exit status 2."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sapo_lab conformance",
-                                description="Audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar.")
-    p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
-    p.add_argument("--tau-pos", type=float, default=1.0, help="temperature the loss uses for A > 0 (default 1.0)")
-    p.add_argument("--tau-neg", type=float, default=1.05, help="temperature the loss uses for A <= 0 (default 1.05)")
-    p.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
-    p.add_argument("--level", default="token", choices=("token", "sequence"), help="importance-sampling level expected")
-    p.add_argument("--name", default=None, help="name on the card (default: the target)")
-    p.add_argument("--json", default=None, help="write the card as JSON to this file")
-    p.add_argument("--markdown", default=None, help="write the card as Markdown to this file")
-
-    def fail(message):
-        raise ConformanceUsageError(message)
-
-    p.error = fail
-    return p
 
 
 def load_target(target: str):
@@ -71,32 +51,28 @@ def load_target(target: str):
     return obj
 
 
-def main_conformance(argv: list[str] | None = None) -> int:
-    """``python -m sapo_lab conformance TARGET``: print the report card; 0 pass, 1 differs, 2 usage error."""
-    try:
-        args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-        for flag, tau in (("--tau-pos", args.tau_pos), ("--tau-neg", args.tau_neg)):
-            if not (math.isfinite(tau) and tau > 0):
-                raise ConformanceUsageError(f"{flag} must be a finite number > 0, got {tau}")
-        loss_fn = load_target(args.target)
-        from .engine import AdapterError, audit  # torch is imported here, not for --help
+def run_conformance(args) -> int:
+    """Audit ``args.target`` (flags of ``python -m sapo_lab conformance``) and print the card; 0 pass, 1 differs.
 
-        try:
-            card = audit(loss_fn, name=args.name or args.target, tau_pos=args.tau_pos, tau_neg=args.tau_neg,
-                         dtype=args.dtype, level=args.level)
-        except AdapterError as exc:
-            raise ConformanceUsageError(str(exc)) from None
-        for path, text in ((args.json, card.to_json), (args.markdown, card.to_markdown)):
-            if path:
-                try:
-                    with open(path, "w") as f:
-                        f.write(text() + ("\n" if path == args.json else ""))
-                except OSError as exc:
-                    raise ConformanceUsageError(f"cannot write {path}: {exc.strerror}") from None
-    except ConformanceUsageError as exc:
-        if os.environ.get("SAPO_LAB_DEBUG"):
-            raise
-        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
+    Usage mistakes raise :class:`ConformanceUsageError`, which the command line reports in one line.
+    """
+    for flag, tau in (("--tau-pos", args.tau_pos), ("--tau-neg", args.tau_neg)):
+        if not (math.isfinite(tau) and tau > 0):
+            raise ConformanceUsageError(f"{flag} must be a finite number > 0, got {tau}")
+    loss_fn = load_target(args.target)
+    from .engine import AdapterError, audit  # torch is imported here, not for --help
+
+    try:
+        card = audit(loss_fn, name=args.name or args.target, tau_pos=args.tau_pos, tau_neg=args.tau_neg,
+                     dtype=args.dtype, level=args.level)
+    except AdapterError as exc:
+        raise ConformanceUsageError(str(exc)) from None
+    for path, text in ((args.json, card.to_json), (args.markdown, card.to_markdown)):
+        if path:
+            try:
+                with open(path, "w") as f:
+                    f.write(text() + ("\n" if path == args.json else ""))
+            except OSError as exc:
+                raise ConformanceUsageError(f"cannot write {path}: {exc.strerror}") from None
     print(card.to_markdown(), end="")
     return 0 if card.passed else 1

@@ -225,17 +225,6 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
 # ---------------------------------------------------------------- CLI
 
 
-def add_export_trl_parser(subparsers) -> None:
-    """The ``export-trl`` subcommand (cli.py calls this; TRL is not needed to export)."""
-    sp = subparsers.add_parser("export-trl", help="write train_trl.py + accelerate config to run this config on TRL")
-    sp.add_argument("--config", default="cpu-tiny", help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file")
-    sp.add_argument("--output-dir", required=True, help="directory for train_trl.py, accelerate_config.yaml, README.md")
-    sp.add_argument("--model", dest="model_path", default=None,
-                    help="any Hugging Face causal LM (directory or hub name, e.g. Qwen/Qwen2.5-0.5B); default: the config's")
-    sp.add_argument("--prompt-format", default="plain", choices=PROMPT_FORMATS,
-                    help="plain text prompts, or chat messages through the tokenizer's chat template")
-
-
 def export_trl_command(args, overrides) -> int:
     """``python -m sapo_lab export-trl``: validate, write the files, print where they are."""
     from ..training.config import load_config

@@ -4,7 +4,7 @@
 pair when their resolved configs agree in everything but the ``loss`` section (so the seed,
 the cold start, the data order, the task, the budget and the evaluation protocol are the
 same) and one is the method, the other the reference. A study's ``analysis`` block
-(:mod:`sapo_lab.studies.study`) names its primary tests; :func:`primary_results` computes them in
+(:mod:`sapo_lab.studies.spec`) names its primary tests; :func:`primary_results` computes them in
 the declared order, Holm-adjusting declared families. :func:`matched_pairs` pools pairs
 across studies and keeps each trajectory once (studies that declare the same config and
 seed reproduce the same run bit for bit).

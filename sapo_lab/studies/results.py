@@ -1,6 +1,6 @@
 """Reading a finished (or partly finished) study: what the evidence chapters import.
 
-A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.study`): ``summary.json`` with
+A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.runner`): ``summary.json`` with
 one row per finished run, and per run ``runs/RUN_ID/metrics.jsonl`` (one row per rollout
 step) and ``study_record.json`` (collapse verdict, selected checkpoints, counters). This
 module only reads them: no torch, no training.

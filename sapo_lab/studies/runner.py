@@ -1,0 +1,174 @@
+"""Running a study: every run of its declaration, resumable, then the summary.
+
+``run_study`` writes ``RESULTS_ROOT/NAME/``: ``study.json`` (the declaration),
+``runs/RUN_ID/`` (the trainer's run directory: resolved ``config.json``, per-step
+``metrics.jsonl``, ``summary.json``; plus ``study_record.json`` with the collapse verdict,
+the selected checkpoints and their per-family eval breakdown), ``summary.csv`` and
+``summary.json`` (one row per run), and ``environment.json`` (per invocation: sapo_lab
+version, git commit, hardware, date, wall time). Checkpoints, snapshots and model
+weights are listed in a ``.gitignore`` there, so ``git add results/NAME`` commits the
+numbers, not the weights.
+
+Rerunning the same study skips finished runs (``summary.json``, or ``diverged.json`` for
+a run stopped by :class:`sapo_lab.training.trainer.TrainingDiverged`), resumes interrupted ones
+from their checkpoint (exactly, as the trainer guarantees), and restarts runs that died
+before their first checkpoint. A run whose saved config differs from what the study file
+now resolves to is an error: a changed study needs a new name.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import time
+
+from .environment import capture_environment
+from .expansion import expand_runs
+from .json_file import write_json
+from .record import finish_record
+from .spec import load_declaration
+from .summary import write_summary
+
+GITIGNORE = "runs/*/checkpoints/\nruns/*/snapshots/\nruns/*/cold_start/\nruns/*/final_model/\n_coldstart/\n*.tmp\n"
+
+
+def run_status(run_dir: str) -> str:
+    """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
+    from ..training.checkpoint import latest_checkpoint
+
+    if os.path.isfile(os.path.join(run_dir, "summary.json")) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
+        return "done"
+    if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is not None:
+        return "partial"
+    return "pending"
+
+
+def _same_config(run_dir: str, cfg) -> bool:
+    """The run's saved config equals ``cfg`` (where the cold-start cache lives does not count)."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        saved = json.load(f)
+    now = json.loads(json.dumps(cfg.to_dict()))
+    for d in (saved, now):
+        d.get("cold_start", {}).pop("cache_dir", None)
+    return saved == now
+
+
+def _snapshot_callback(run_dir: str, every, user_callback):
+    from .checkpoint_rules import save_snapshot
+
+    def on_step_end(trainer, row):
+        at_dev = every == "dev" and row.get("dev_pass1") is not None
+        if at_dev or (isinstance(every, int) and every and row["step"] % every == 0):
+            save_snapshot(run_dir, row["step"], trainer.model)
+        if user_callback is not None:
+            user_callback(trainer, row)
+
+    return on_step_end
+
+
+def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> str:
+    """Train or skip each run of this shard; returns ``completed`` or ``interrupted``."""
+    from ..training.trainer import TrainingDiverged, train
+
+    i, n = shard
+    for k, run in enumerate(runs):
+        if k % n != i:
+            continue
+        run_dir = os.path.join(out, "runs", run["run_id"])
+        cfg = run["config"]
+        state = run_status(run_dir)
+        if state != "pending" and not _same_config(run_dir, cfg):
+            raise ValueError(f"run {run['run_id']} was started with another config; the study changed: use a new name")
+        if state == "done":
+            actions[run["run_id"]] = "skipped"
+            finish_record(run, run_dir, study)
+            continue
+        if state == "pending" and os.path.isdir(run_dir):
+            shutil.rmtree(run_dir)  # died before its first checkpoint: nothing to resume
+        actions[run["run_id"]] = "resumed" if state == "partial" else "started"
+        log(f"study {study['name']}: {actions[run['run_id']]} {run['run_id']} ({k + 1}/{len(runs)})")
+        t_run = time.perf_counter()
+        callback = _snapshot_callback(run_dir, study["snapshot_every"], on_step_end)
+        try:
+            summary = train(cfg, run_dir, resume=state == "partial", log=log, progress=progress, on_step_end=callback)
+        except TrainingDiverged as exc:
+            from .checkpoint_rules import read_metrics
+
+            rows = read_metrics(run_dir)
+            write_json(os.path.join(run_dir, "diverged.json"), {"error": str(exc), "step": rows[-1]["step"] + 1 if rows else 1})
+            summary = {"status": "diverged"}
+        finally:  # a crashed invocation's time still counts
+            _append_wall(run_dir, actions[run["run_id"]], time.perf_counter() - t_run)
+        if summary["status"] == "interrupted":
+            return "interrupted"
+        finish_record(run, run_dir, study)
+    return "completed"
+
+
+def run_study(
+    path: str,
+    results_root: str = "results",
+    *,
+    log=print,
+    progress: bool | None = None,
+    on_step_end=None,
+    shard: tuple[int, int] = (0, 1),
+    methods: list[str] | None = None,
+) -> dict:
+    """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
+
+    ``shard=(i, n)`` runs only runs ``i, i+n, ...`` (several processes can share a study);
+    the summary covers every finished run. ``methods`` restricts this invocation to those
+    methods' runs (a declared priority order: primary comparisons first); the shard index
+    counts within them. ``on_step_end(trainer, row)`` is passed to each
+    run's trainer (tests interrupt through it).
+    """
+    study = load_declaration(path)
+    out = os.path.join(results_root, study["name"])
+    runs = expand_runs(study, results_root)
+    unknown = sorted(set(methods or []) - set(study["methods"]))
+    if unknown:
+        raise ValueError(f"--methods: {unknown[0]!r} is not a method of study {study['name']!r}; it has {list(study['methods'])}")
+    todo = [r for r in runs if methods is None or r["method"] in methods]
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    with open(os.path.join(out, ".gitignore"), "w") as f:
+        f.write(GITIGNORE)
+    declared = os.path.join(out, "study.json")
+    if os.path.isfile(declared):
+        with open(declared) as f:
+            saved = json.load(f)
+        if "analysis" not in saved:  # a study run without a plan may gain a post hoc one
+            saved = {**saved, **({"analysis": study["analysis"]} if "analysis" in study else {})}
+        if saved != study:
+            raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
+    write_json(declared, study)
+    env = {"started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **capture_environment()}
+    t0 = time.perf_counter()
+    actions: dict[str, str] = {}
+    status = "crashed"  # until the loop ends normally; recorded either way
+    try:
+        status = _run_all(todo, out, study, actions, shard, log, progress, on_step_end)
+    finally:
+        env["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        env["wall_s"] = time.perf_counter() - t0
+        env["status"] = status
+        env["actions"] = actions
+        env_path = os.path.join(out, "environment.json")
+        history = []
+        if os.path.isfile(env_path):
+            with open(env_path) as f:
+                history = json.load(f)["invocations"]
+        write_json(env_path, {"invocations": history + [env]})
+    rows = write_summary(out, runs, study)
+    return {"status": status, "rows": rows, "actions": actions, "results": out}
+
+
+def _append_wall(run_dir: str, action: str, wall_s: float) -> None:
+    path = os.path.join(run_dir, "study_wall.json")
+    hist = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            hist = json.load(f)
+    write_json(path, hist + [{"action": action, "wall_s": wall_s}])

@@ -1,0 +1,44 @@
+"""The checkpoints a study's selection rules choose, scored per task family on the eval split."""
+
+from __future__ import annotations
+
+from ..tasks import splits_for, task_for
+from ..training.evaluation import eval_temperature
+from ..training.seeds import final_eval_seed
+
+
+def task_weights(task) -> dict:
+    """Declared aggregate weights: the mix's own, else the single task at weight 1."""
+    return dict(task.weights) if hasattr(task, "weights") else {task.name: 1.0}
+
+
+def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
+    """The selection rule's choice and, when its weights exist, the per-family eval breakdown."""
+    from .checkpoint_rules import CheckpointMissing, load_weights, select_checkpoint
+    from .per_family import breakdown, score_problems
+
+    try:
+        choice = select_checkpoint(run_dir, rule["by"], rule.get("value"), saved_only=rule.get("saved_only", False))
+    except CheckpointMissing as exc:
+        return {**rule, "error": str(exc)}
+    if num_samples == 0:
+        return choice
+    task = task_for(cfg)
+    problems = splits_for(cfg, task)["eval"]
+    model, tok = load_weights(run_dir, choice["step"])
+    records = score_problems(
+        model,
+        tok,
+        task,
+        problems,
+        num_samples=num_samples,
+        temperature=eval_temperature(cfg),
+        max_completion_length=cfg.rollout.max_completion_length,
+        # the trainer's final-eval seed: every selected checkpoint is scored with the same random
+        # numbers, and at the final step with num_samples equal to evaluation.num_samples this
+        # reproduces summary.json's final_pass1 exactly (with fewer samples it is another protocol)
+        seed=final_eval_seed(cfg.seed),
+    )
+    choice["eval"] = breakdown(records, task_weights(task), pass_k=sorted({1, num_samples}))
+    return choice
+
