@@ -39,24 +39,12 @@ from __future__ import annotations
 import torch
 
 from .gates import gate_weight, token_temperatures
-from .losses import policy_loss
+from .losses import policy_loss, quantile_stats
 from .masks import aggregation_weights, check_mask
 from .registry import kernel_for
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 TOKSEQ_METRICS = ("cos", "abs_err", "cov_norm", "scalar_norm", "tok_norm", "seq_norm", "responses")
-
-
-def _qkey(prefix: str, q: float) -> str:
-    return f"{prefix}_q{round(q * 100):02d}"
-
-
-def _quantiles(values: torch.Tensor, prefix: str, quantiles=QUANTILES) -> dict:
-    """Quantiles of a 1-D tensor in float64; None for every key when it is empty (nothing to measure)."""
-    if values.numel() == 0:
-        return {_qkey(prefix, q): None for q in quantiles}
-    qs = torch.quantile(values.double(), torch.tensor(quantiles, dtype=torch.float64, device=values.device))
-    return {_qkey(prefix, q): float(v) for q, v in zip(quantiles, qs, strict=True)}
 
 
 def _check_2d(name: str, t: torch.Tensor, mask: torch.Tensor) -> None:
@@ -117,7 +105,8 @@ def response_length_stats(mask: torch.Tensor, truncated: torch.Tensor | None = N
         "response_length_max": int(lengths.max()),
         "empty_responses": int((lengths == 0).sum()),
     }
-    out.update({k.replace("len_", "response_length_"): v for k, v in _quantiles(lengths, "len", (0.5, 0.9)).items()})
+    # None, not NaN, where there is nothing to measure: a metrics row holds null there
+    out.update(quantile_stats(lengths, "response_length", (0.5, 0.9), empty=None))
     if truncated is not None:
         if truncated.shape != lengths.shape:
             raise ValueError(f"truncated must be shaped ({lengths.numel()},), got {tuple(truncated.shape)}")
@@ -140,7 +129,7 @@ def entropy_stats(entropy: torch.Tensor, mask: torch.Tensor) -> dict:
     lengths = m.sum(-1)
     per_resp = torch.where(m, e, torch.zeros_like(e)).sum(-1)[lengths > 0] / lengths[lengths > 0]
     out = {"entropy_mean": float(vals.mean()), "entropy_response_mean": float(per_resp.mean())}
-    out.update(_quantiles(vals, "entropy", (0.05, 0.5, 0.95)))
+    out.update(quantile_stats(vals, "entropy", (0.05, 0.5, 0.95), empty=None))
     return out
 
 
@@ -169,8 +158,8 @@ def ratio_quantiles(
     rw = torch.exp(z + torch.log(gate_weight(r, tau)))
     out: dict = {}
     for suffix, sel in (("", m), ("_pos", m & (a > 0)), ("_neg", m & (a < 0))):
-        out.update(_quantiles(r[sel], f"ratio{suffix}", quantiles))
-        out.update(_quantiles(rw[sel], f"rw{suffix}", quantiles))
+        out.update(quantile_stats(r[sel], f"ratio{suffix}", quantiles, empty=None))
+        out.update(quantile_stats(rw[sel], f"rw{suffix}", quantiles, empty=None))
     return out
 
 

@@ -76,11 +76,12 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
     return m
 
 
-def _quantiles(x: torch.Tensor, prefix: str, qs=(0.05, 0.5, 0.95)) -> dict:
-    if x.numel() == 0:
-        return {f"{prefix}_q{round(q * 100):02d}": float("nan") for q in qs}
-    vals = torch.quantile(x.double(), torch.tensor(qs, dtype=torch.float64, device=x.device))
-    return {f"{prefix}_q{round(q * 100):02d}": float(v) for q, v in zip(qs, vals, strict=True)}
+def quantile_stats(values: torch.Tensor, prefix: str, quantiles=(0.05, 0.5, 0.95), empty=float("nan")) -> dict:
+    """``{PREFIX_qNN: quantile}`` of a 1-D tensor, computed in float64; ``empty`` for every key when it has no values."""
+    if values.numel() == 0:
+        return {f"{prefix}_q{round(q * 100):02d}": empty for q in quantiles}
+    vals = torch.quantile(values.double(), torch.tensor(quantiles, dtype=torch.float64, device=values.device))
+    return {f"{prefix}_q{round(q * 100):02d}": float(v) for q, v in zip(quantiles, vals, strict=True)}
 
 
 def policy_loss(
@@ -227,8 +228,8 @@ def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, kernel, gate_st
         "approx_kl": float((torch.expm1(tz) - tz).mean()),
     }
     out.update(split)
-    out.update(_quantiles(ratio, "ratio"))
-    out.update(_quantiles(coef, "coef"))
+    out.update(quantile_stats(ratio, "ratio"))
+    out.update(quantile_stats(coef, "coef"))
     if kernel.hard_clip:  # the share of signed tokens the clip silences (gate exactly 0)
         out["clip_frac"] = float(((log_gate == float("-inf")) & signed).double().mean())
     return out
