@@ -8,11 +8,11 @@ import torch
 
 from sapo_lab.studies.checkpoint_rules import (
     CheckpointMissing,
+    checkpoint_by_rule,
     load_weights,
     read_metrics,
     save_snapshot,
     saved_steps,
-    select_checkpoint,
     select_step,
 )
 
@@ -75,10 +75,10 @@ def test_bad_rules_and_values_are_clear_errors():
 def test_pruned_checkpoint_is_an_error_never_a_substitute(tmp_path):
     run = _write_run(tmp_path, _rows(), saved=(8, 10))  # what save_steps=2 with the trainer's keep=2 leaves
     with pytest.raises(CheckpointMissing, match="selected step 4.*nearest saved steps: None and 8"):
-        select_checkpoint(run, "best_dev")
-    choice = select_checkpoint(run, "best_dev", saved_only=True)  # the declared alternative rule
+        checkpoint_by_rule(run, "best_dev")
+    choice = checkpoint_by_rule(run, "best_dev", saved_only=True)  # the declared alternative rule
     assert choice["step"] == 8 and choice["weights"].endswith(os.path.join("step-000008", "model.safetensors"))
-    assert select_checkpoint(run, "final")["step"] == 10
+    assert checkpoint_by_rule(run, "final")["step"] == 10
     assert saved_steps(run) == [8, 10]
 
 

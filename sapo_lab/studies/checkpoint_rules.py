@@ -144,7 +144,7 @@ def weights_for_step(run_dir: str, step: int) -> str:
     )
 
 
-def select_checkpoint(run_dir: str, by: str, value=None, *, saved_only: bool = False) -> dict:
+def checkpoint_by_rule(run_dir: str, by: str, value=None, *, saved_only: bool = False) -> dict:
     """``select_step`` on the run's metrics, plus ``weights``: the file holding that step's model.
 
     ``saved_only=True`` restricts the rule to steps with weights (declare it before looking).

@@ -12,11 +12,11 @@ def task_weights(task) -> dict:
 
 def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
     """The selection rule's choice and, when its weights exist, the per-family eval breakdown."""
-    from .checkpoint_rules import CheckpointMissing, load_weights, select_checkpoint
+    from .checkpoint_rules import CheckpointMissing, checkpoint_by_rule, load_weights
     from .per_family import breakdown, score_problems
 
     try:
-        choice = select_checkpoint(run_dir, rule["by"], rule.get("value"), saved_only=rule.get("saved_only", False))
+        choice = checkpoint_by_rule(run_dir, rule["by"], rule.get("value"), saved_only=rule.get("saved_only", False))
     except CheckpointMissing as exc:
         return {**rule, "error": str(exc)}
     if num_samples == 0:
