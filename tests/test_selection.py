@@ -82,11 +82,18 @@ def test_pruned_checkpoint_is_an_error_never_a_substitute(tmp_path):
     assert saved_steps(run) == [8, 10]
 
 
-def test_damaged_metrics_are_refused(tmp_path):
+def test_torn_last_line_is_left_out_and_a_damaged_middle_line_refused(tmp_path):
+    """The one metrics reader's tolerance (training.run_folder): a torn last row is a killed append and is left
+    out; a damaged earlier row or a step going backwards is an error naming the line. Catches: selection reading
+    its own copy of the rules (refusing the torn row, or accepting damage in the middle), and unordered steps."""
     run = _write_run(tmp_path, _rows())
     with open(os.path.join(run, "metrics.jsonl"), "a") as f:
         f.write('{"step": 11, "dev_p')
-    with pytest.raises(ValueError, match="metrics.jsonl:11 is not valid JSON"):
+    assert [r["step"] for r in read_metrics(run)] == [r["step"] for r in _rows()]
+    lines = open(os.path.join(run, "metrics.jsonl")).read().splitlines(keepends=True)
+    lines[3] = lines[3][:20] + "\n"
+    open(os.path.join(run, "metrics.jsonl"), "w").writelines(lines)
+    with pytest.raises(ValueError, match="metrics.jsonl line 4 is damaged"):
         read_metrics(run)
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 2}\n{"step": 1}\n')
     with pytest.raises(ValueError, match="increasing"):

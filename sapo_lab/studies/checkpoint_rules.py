@@ -31,11 +31,12 @@ steps; no other step is ever substituted silently.
 
 from __future__ import annotations
 
-import json
 import os
 
+from ..training.durable import install
+from ..training.run_folder import CHECKPOINTS, METRICS, SNAPSHOTS, RunFolder, parse_step_dir, step_dir_name
+
 RULES = ("best_dev", "final", "step", "rollout_tokens", "wall_clock")
-SNAPSHOTS = "snapshots"
 _BUDGET_FIELD = {"rollout_tokens": "total_tokens_generated", "wall_clock": "elapsed_s"}
 
 
@@ -44,23 +45,12 @@ class CheckpointMissing(ValueError):
 
 
 def read_metrics(run_dir: str) -> list[dict]:
-    """The rows of ``run_dir/metrics.jsonl``; a damaged line is an error naming it."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.isfile(path):
-        raise ValueError(f"{run_dir} has no metrics.jsonl")
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ValueError(f"{path}:{n} is not valid JSON") from None
-    steps = [r.get("step") for r in rows]
-    if any(not isinstance(s, int) for s in steps) or steps != sorted(set(steps)):
-        raise ValueError(f"{path}: steps must be increasing integers, got {steps[:10]}...")
-    return rows
+    """The rows of ``run_dir/metrics.jsonl`` as :func:`sapo_lab.training.run_folder.read_metrics` reads them
+    (a torn last line left out; any other damaged line an error naming it)."""
+    folder = RunFolder(run_dir)
+    if not os.path.isfile(folder.metrics):
+        raise ValueError(f"{run_dir} has no {METRICS}")
+    return folder.read_metrics().rows
 
 
 def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> dict:
@@ -112,26 +102,22 @@ def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> di
     }
 
 
-def _step_name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
 def saved_steps(run_dir: str) -> list[int]:
     """Steps that have weights on disk (trainer checkpoints or snapshots), sorted."""
     steps = set()
-    for sub in ("checkpoints", SNAPSHOTS):
+    for sub in (CHECKPOINTS, SNAPSHOTS):
         root = os.path.join(run_dir, sub)
         if os.path.isdir(root):
             for d in os.listdir(root):
-                if d.startswith("step-") and os.path.isfile(os.path.join(root, d, "model.safetensors")):
-                    steps.add(int(d[5:]))
+                if parse_step_dir(d) is not None and os.path.isfile(os.path.join(root, d, "model.safetensors")):
+                    steps.add(parse_step_dir(d))
     return sorted(steps)
 
 
 def weights_for_step(run_dir: str, step: int) -> str:
     """Path of ``model.safetensors`` for ``step``; :class:`CheckpointMissing` if there is none."""
-    for sub in ("checkpoints", SNAPSHOTS):
-        path = os.path.join(run_dir, sub, _step_name(step), "model.safetensors")
+    for sub in (CHECKPOINTS, SNAPSHOTS):
+        path = os.path.join(run_dir, sub, step_dir_name(step), "model.safetensors")
         if os.path.isfile(path):
             return path
     saved = saved_steps(run_dir)
@@ -160,11 +146,11 @@ def save_snapshot(run_dir: str, step: int, model) -> str:
     """Write the model's weights to ``snapshots/step-NNNNNN/model.safetensors`` atomically."""
     from safetensors.torch import save_model
 
-    final = os.path.join(run_dir, SNAPSHOTS, _step_name(step))
+    final = os.path.join(RunFolder(run_dir).snapshots, step_dir_name(step))
     os.makedirs(final, exist_ok=True)
     tmp = os.path.join(final, f".model.safetensors.tmp-{os.getpid()}")
     save_model(model, tmp)
-    os.replace(tmp, os.path.join(final, "model.safetensors"))
+    install(tmp, os.path.join(final, "model.safetensors"))
     return final
 
 
@@ -175,7 +161,7 @@ def load_weights(run_dir: str, step: int, device: str = "cpu"):
     from ..training.model import load_model_and_tokenizer
 
     path = weights_for_step(run_dir, step)
-    model, tok = load_model_and_tokenizer(os.path.join(run_dir, "cold_start"))
+    model, tok = load_model_and_tokenizer(RunFolder(run_dir).cold_start)
     missing, unexpected = load_model(model, path, device=device)
     if missing or unexpected:
         raise ValueError(f"{path} does not match the run's model: missing {missing}, unexpected {unexpected}")

@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..training.evaluation import mean_ci, pass_at_k
+from ..training.evaluation import eval_generator, generate_answers, mean_ci, pass_at_k
 
 
 @dataclass(frozen=True)
@@ -134,35 +134,25 @@ def score_problems(
 ) -> list[ScoredPrompt]:
     """Sample ``num_samples`` responses per problem and score them with ``task.verify``.
 
+    The samples are drawn by held-out evaluation's own path
+    (:func:`sapo_lab.training.evaluation.generate_answers`), so with the same seed and
+    ``num_samples`` a breakdown scores exactly the samples that evaluation scored.
     ``family_of(problem)`` names each problem's family (default: the task's ``family_of``
     if it has one, else its name).
     """
-    import torch
-
-    from ..training.rollout import encode_prompts, sample
-
     if family_of is None:
         family_of = task.family_of if hasattr(task, "family_of") else (lambda p: task.name)
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    prompts = [p.prompt for p in problems for _ in range(num_samples)]
-    correct: list[bool] = []
-    for start in range(0, len(prompts), 1024):
-        ids, mask = encode_prompts(tokenizer, prompts[start : start + 1024], device)
-        comp, cmask, _, _, finished = sample(
-            model,
-            ids,
-            mask,
-            max_new_tokens=max_completion_length,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            temperature=temperature,
-            generator=gen,
-        )
-        for j, (row, m, fin) in enumerate(zip(comp.tolist(), cmask.tolist(), finished.tolist(), strict=True)):
-            toks = [t for t, keep in zip(row, m, strict=True) if keep]
-            text = tokenizer.decode(toks[:-1] if fin else toks, skip_special_tokens=False)
-            correct.append(task.verify(text, fin, problems[(start + j) // num_samples])[1] == "correct")
+    _, reasons = generate_answers(
+        model,
+        tokenizer,
+        problems,
+        reward_fn=task.verify,
+        num_samples=num_samples,
+        temperature=temperature,
+        max_completion_length=max_completion_length,
+        generator=eval_generator(model, seed),
+    )
+    correct = [why == "correct" for why in reasons]
     return [
         ScoredPrompt(family_of(p), p.difficulty, tuple(correct[i * num_samples : (i + 1) * num_samples]))
         for i, p in enumerate(problems)

@@ -25,59 +25,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-LATEST = "latest.json"
+from .durable import fsync_dir, fsync_file, move, write_json
+from .run_folder import LATEST, RunFolder, checkpoint_tmp_name, parse_step_dir, step_dir_name
+
 MANIFEST = "manifest.json"
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json")
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-TMP_PREFIX = ".tmp-step-"
 
 
 class CheckpointError(ValueError):
     """A checkpoint (or a file in it) that cannot be trusted; the message is one line and names the file."""
-
-
-# ---------------------------------------------------------------- durability
-
-
-def fsync_file(path: str) -> None:
-    """Flush a written file's bytes to the disk."""
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def fsync_dir(path: str) -> None:
-    """Flush a directory's entries (new names, renames) to the disk."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: str, obj) -> None:
-    """Write JSON to ``path`` via a fsynced temporary file and a rename."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-_write_json = write_json_atomic  # the old private name
 
 
 def sha256_of(path: str) -> str:
@@ -99,7 +61,7 @@ def write_manifest(directory: str) -> dict:
         fsync_file(path)
         files[name] = {"size": os.path.getsize(path), "sha256": sha256_of(path)}
     manifest = {"format": 1, "files": files}
-    write_json_atomic(os.path.join(directory, MANIFEST), manifest)
+    write_json(os.path.join(directory, MANIFEST), manifest, sort_keys=True)
     return manifest
 
 
@@ -192,50 +154,55 @@ def optimizer_from_flat(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -
 
 def checkpoint_dirs(run_dir: str) -> list[tuple[int, str]]:
     """``[(step, path), ...]`` of the ``checkpoints/step-*`` folders, newest first."""
-    root = os.path.join(run_dir, "checkpoints")
+    root = RunFolder(run_dir).checkpoints
     if not os.path.isdir(root):
         return []
     out = []
     for name in os.listdir(root):
-        m = _STEP_DIR.match(name)
-        if m and os.path.isdir(os.path.join(root, name)):
-            out.append((int(m.group(1)), os.path.join(root, name)))
+        step = parse_step_dir(name)
+        if step is not None and os.path.isdir(os.path.join(root, name)):
+            out.append((step, os.path.join(root, name)))
     return sorted(out, reverse=True)
 
 
 def save_checkpoint(run_dir: str, step: int, model, optimizer, generators: dict, state: dict, keep: int = 2) -> str:
     """Write checkpoint ``step`` durably (manifest last, fsync around the rename) and prune older ones."""
-    root = os.path.join(run_dir, "checkpoints")
+    root = RunFolder(run_dir).checkpoints
     os.makedirs(root, exist_ok=True)
-    name = f"step-{step:06d}"
+    name = step_dir_name(step)
     final = os.path.join(root, name)
-    tmp = os.path.join(root, f"{TMP_PREFIX}{step:06d}-{os.getpid()}")
+    tmp = os.path.join(root, checkpoint_tmp_name(step))
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     save_model(model, os.path.join(tmp, "model.safetensors"))
     opt_tensors, opt_meta = optimizer_to_flat(optimizer)
     save_file(opt_tensors, os.path.join(tmp, "optimizer.safetensors"))
-    write_json_atomic(os.path.join(tmp, "optimizer.json"), opt_meta)
+    write_json(os.path.join(tmp, "optimizer.json"), opt_meta, sort_keys=True)
     rng = {name: g.get_state() for name, g in generators.items()}
     rng["torch_global"] = torch.get_rng_state()
     save_file(rng, os.path.join(tmp, "rng.safetensors"))
-    write_json_atomic(os.path.join(tmp, "state.json"), {**state, "step": step})
+    write_json(os.path.join(tmp, "state.json"), {**state, "step": step}, sort_keys=True)
     write_manifest(tmp)  # fsyncs every file, then the manifest: its presence means "complete"
     fsync_dir(tmp)
     old = None
     if os.path.isdir(final):  # re-saving a step (Ctrl-C right after a save): keep the old one until the new one is in
         old = os.path.join(root, f".old-{name}-{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-    os.rename(tmp, final)
-    fsync_dir(root)
+        move(final, old)
+    move(tmp, final)
     if old:
         shutil.rmtree(old, ignore_errors=True)
-    write_json_atomic(os.path.join(root, LATEST), {"checkpoint": name, "step": step})
+    write_json(os.path.join(root, LATEST), {"checkpoint": name, "step": step}, sort_keys=True)
     for _, path in checkpoint_dirs(run_dir)[keep:] if keep > 0 else []:
         if os.path.basename(path) != name:
             shutil.rmtree(path, ignore_errors=True)
     return final
+
+
+def checkpoint_step(ckpt_dir: str) -> int:
+    """The step recorded in a checkpoint's ``state.json``."""
+    with open(os.path.join(ckpt_dir, "state.json")) as f:
+        return int(json.load(f)["step"])
 
 
 def select_checkpoint(run_dir: str) -> tuple[str | None, list[tuple[str, str]], bool]:
@@ -261,7 +228,7 @@ def latest_checkpoint(run_dir: str) -> str | None:
 
 def latest_hint(run_dir: str) -> tuple[str | None, str | None]:
     """``(checkpoint name, problem)`` from ``checkpoints/latest.json``; it only informs messages."""
-    path = os.path.join(run_dir, "checkpoints", LATEST)
+    path = os.path.join(RunFolder(run_dir).checkpoints, LATEST)
     if not os.path.isfile(path):
         return None, None
     try:

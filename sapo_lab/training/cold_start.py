@@ -24,8 +24,10 @@ import torch.nn.functional as F
 from ..tasks import Task, task_for
 from .checkpoint import write_manifest
 from .device import autocast_for
+from .durable import TMP_SUFFIX, move, write_json
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
+from .seeds import cold_start_batch_seed, cold_start_dev_eval_seed, model_init_seed
 
 
 def cold_start_key(cfg) -> str:
@@ -62,7 +64,7 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Tas
     """Supervised updates until dev Pass@1 (by the task's verifier) >= target or ``max_updates``. Returns a report."""
     task = task_for(cfg) if task is None else task
     cs = cfg.cold_start
-    gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+    gen = torch.Generator().manual_seed(cold_start_batch_seed(cfg.seed))
     opt = torch.optim.AdamW(model.parameters(), lr=cs.sft_learning_rate, weight_decay=0.0)
     train = splits["train"]
     dev = splits["dev"]
@@ -92,7 +94,7 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Tas
                 temperature=temperature,
                 max_completion_length=cfg.rollout.max_completion_length,
                 greedy=False,
-                seed=step,
+                seed=cold_start_dev_eval_seed(step),
             )
             report["dev_pass1"] = res["pass1"]
             log(f"cold start: update {step}, sft loss {loss.item():.3f}, dev pass@1 {res['pass1']:.3f}")
@@ -117,7 +119,7 @@ def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
             report = json.load(f)
         report["cached"] = True
         return model.to(device), tok, report
-    model, tok = load_model_and_tokenizer(cfg.model.name_or_path, seed=cfg.seed, alphabet=task.alphabet)
+    model, tok = load_model_and_tokenizer(cfg.model.name_or_path, seed=model_init_seed(cfg.seed), alphabet=task.alphabet)
     model.to(device)
     if cfg.cold_start.max_updates > 0:
         report = train_cold_start(model, tok, splits, cfg, device, log=log, task=task)
@@ -131,21 +133,20 @@ def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
 
 
 def save_pretrained_atomic(model, tokenizer, directory: str, extra: dict | None = None) -> None:
-    """``save_pretrained`` into a temporary directory, then rename it into place."""
+    """``save_pretrained`` into a temporary directory with a manifest, then rename it into place (fsynced)."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
-    tmp = f"{directory}.tmp-{os.getpid()}"
+    tmp = f"{directory}{TMP_SUFFIX}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     for name, obj in (extra or {}).items():
-        with open(os.path.join(tmp, name), "w") as f:
-            json.dump(obj, f, indent=2)
+        write_json(os.path.join(tmp, name), obj)
     write_manifest(tmp)  # sizes + SHA-256, fsynced: resume verifies the folder before loading it
     if os.path.isdir(directory):
         old = f"{directory}.old-{os.getpid()}"
-        os.rename(directory, old)
-        os.rename(tmp, directory)
+        move(directory, old)
+        move(tmp, directory)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.rename(tmp, directory)
+        move(tmp, directory)

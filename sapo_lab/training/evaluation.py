@@ -18,7 +18,8 @@ from collections import Counter, defaultdict
 import torch
 
 from ..tasks import Problem, RewardFn
-from .rollout import encode_prompts, sample, score_completions
+from .rollout import sample_and_score
+from .seeds import dev_eval_seed, held_out_eval_seed
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -43,6 +44,11 @@ def mean_ci(values: list[float], z: float = 1.96) -> tuple[float, float, float]:
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
+def eval_generator(model, seed: int) -> torch.Generator:
+    """The sampling generator of one evaluation, on the model's device."""
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
 @torch.no_grad()
 def generate_answers(
     model,
@@ -56,24 +62,28 @@ def generate_answers(
     generator=None,
     batch_size=1024,
 ):
-    """(rewards, reasons) lists of length len(problems) * num_samples, grouped by problem."""
+    """(rewards, reasons) lists of length len(problems) * num_samples, grouped by problem.
+
+    Each problem is repeated ``num_samples`` times and the rows are sampled in chunks of
+    ``batch_size``: the chunking is part of the random-number order, so the per-family
+    breakdown (:func:`sapo_lab.studies.per_family.score_problems`) samples through here too.
+    """
     device = next(model.parameters()).device
     owners = [p for p in problems for _ in range(num_samples)]
     rewards, reasons = [], []
     for start in range(0, len(owners), batch_size):
-        chunk = owners[start : start + batch_size]
-        ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk], device)
-        comp, cmask, _, _, finished = sample(
+        scored = sample_and_score(
             model,
-            ids,
-            mask,
-            max_new_tokens=max_completion_length,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
+            tokenizer,
+            owners[start : start + batch_size],
+            reward_fn=reward_fn,
+            samples_per_prompt=1,
+            max_completion_length=max_completion_length,
             temperature=temperature,
             generator=generator,
+            device=device,
         )
-        for ep in score_completions(tokenizer, chunk, comp, cmask, finished, reward_fn):
+        for ep in scored.episodes:
             rewards.append(ep.reward)
             reasons.append(ep.reason)
     return rewards, reasons
@@ -100,7 +110,7 @@ def evaluate(
     """
     if not problems:
         raise ValueError("no problems to evaluate")
-    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    gen = eval_generator(model, seed)
     rewards, reasons = generate_answers(
         model,
         tokenizer,
@@ -155,8 +165,11 @@ def eval_temperature(cfg) -> float:
     return cfg.rollout.temperature if e is None else e
 
 
-def held_out_eval(model, tok, cfg, problems: list[Problem], reward_fn: RewardFn, seed_offset: int = 0) -> dict:
-    """:func:`evaluate` with a run config's evaluation settings (what the cold-start and final reports use)."""
+def held_out_eval(model, tok, cfg, problems: list[Problem], reward_fn: RewardFn, seed: int | None = None) -> dict:
+    """:func:`evaluate` with a run config's evaluation settings (the cold-start and final reports, the ``eval`` command).
+
+    ``seed`` defaults to :func:`sapo_lab.training.seeds.held_out_eval_seed` of the run seed.
+    """
     e = cfg.evaluation
     return evaluate(
         model,
@@ -168,7 +181,7 @@ def held_out_eval(model, tok, cfg, problems: list[Problem], reward_fn: RewardFn,
         max_completion_length=cfg.rollout.max_completion_length,
         pass_k=e.pass_k,
         greedy=e.greedy,
-        seed=cfg.seed * 7919 + seed_offset,
+        seed=held_out_eval_seed(cfg.seed) if seed is None else seed,
     )
 
 
@@ -183,6 +196,6 @@ def dev_pass1(model, tok, cfg, dev: list[Problem], reward_fn: RewardFn, step: in
         temperature=eval_temperature(cfg),
         max_completion_length=cfg.rollout.max_completion_length,
         greedy=False,
-        seed=cfg.seed * 1_000_003 + step,
+        seed=dev_eval_seed(cfg.seed, step),
     )
     return res["pass1"]

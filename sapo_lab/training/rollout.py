@@ -239,6 +239,63 @@ def score_completions(
     return episodes
 
 
+@dataclass
+class Sampled:
+    """Responses sampled for some prompts and scored: what :func:`sample_and_score` returns.
+
+    ``prompt_ids``/``prompt_mask`` hold each prompt once; every other field has one row
+    per response, ``samples_per_prompt`` consecutive rows per prompt.
+    """
+
+    prompt_ids: torch.Tensor  # (P, prompt width)
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor  # (P * G, T)
+    completion_mask: torch.Tensor
+    logp: torch.Tensor  # behavior log-probs of the sampled tokens
+    entropy: torch.Tensor
+    finished: torch.Tensor
+    episodes: list[Episode]
+    sample_s: float  # wall time inside the sampling loop
+
+
+def sample_and_score(
+    model,
+    tokenizer,
+    problems: list[Problem],
+    *,
+    reward_fn: RewardFn,
+    samples_per_prompt: int,
+    max_completion_length: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    device,
+) -> Sampled:
+    """The one sample-and-score path of rollouts, evaluation and the per-family breakdown.
+
+    Encodes the prompts, samples ``samples_per_prompt`` responses to each (the prompt
+    forward shared by the group), and scores every response with ``reward_fn``
+    (:func:`score_completions`).
+    """
+    ids, mask = encode_prompts(tokenizer, [p.prompt for p in problems], device)
+    t0 = time.perf_counter()
+    comp, comp_mask, logp, ent, finished = sample(
+        model,
+        ids,
+        mask,
+        num_samples_per_prompt=samples_per_prompt,
+        max_new_tokens=max_completion_length,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=temperature,
+        generator=generator,
+    )
+    synchronize(device)
+    sample_s = time.perf_counter() - t0
+    owners = [p for p in problems for _ in range(samples_per_prompt)]
+    episodes = score_completions(tokenizer, owners, comp, comp_mask, finished, reward_fn, group_size=samples_per_prompt)
+    return Sampled(ids, mask, comp, comp_mask, logp, ent, finished, episodes, sample_s)
+
+
 def rollout(
     model,
     tokenizer,
@@ -259,33 +316,19 @@ def rollout(
     if num_generations < 1:
         raise ValueError(f"num_generations must be >= 1, got {num_generations}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    unique_ids, unique_mask = encode_prompts(tokenizer, [p.prompt for p in problems], device)
-    t0 = time.perf_counter()
-    comp, comp_mask, logp, ent, finished = sample(
-        model,
-        unique_ids,
-        unique_mask,
-        num_samples_per_prompt=num_generations,
-        max_new_tokens=max_completion_length,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        temperature=temperature,
-        generator=generator,
-    )
-    synchronize(device)
-    sample_s = time.perf_counter() - t0
-    prompt_ids = unique_ids.repeat_interleave(num_generations, dim=0)
-    prompt_mask = unique_mask.repeat_interleave(num_generations, dim=0)
-    owners = [p for p in problems for _ in range(num_generations)]
-    episodes = score_completions(tokenizer, owners, comp, comp_mask, finished, reward_fn, group_size=num_generations)
+    s = sample_and_score(model, tokenizer, problems, reward_fn=reward_fn, samples_per_prompt=num_generations,
+                         max_completion_length=max_completion_length, temperature=temperature, generator=generator,
+                         device=device)
+    prompt_ids = s.prompt_ids.repeat_interleave(num_generations, dim=0)
+    prompt_mask = s.prompt_mask.repeat_interleave(num_generations, dim=0)
     return RolloutBatch(
-        input_ids=torch.cat([prompt_ids, comp], 1),
-        attention_mask=torch.cat([prompt_mask, comp_mask], 1),
-        response_mask=torch.cat([torch.zeros_like(prompt_mask), comp_mask], 1),
-        behavior_logp=logp,
-        rewards=torch.tensor([ep.reward for ep in episodes], dtype=torch.float32, device=device),
+        input_ids=torch.cat([prompt_ids, s.completion_ids], 1),
+        attention_mask=torch.cat([prompt_mask, s.completion_mask], 1),
+        response_mask=torch.cat([torch.zeros_like(prompt_mask), s.completion_mask], 1),
+        behavior_logp=s.logp,
+        rewards=torch.tensor([ep.reward for ep in s.episodes], dtype=torch.float32, device=device),
         num_generations=num_generations,
-        episodes=episodes,
-        entropy=ent,
-        sample_s=sample_s,
+        episodes=s.episodes,
+        entropy=s.entropy,
+        sample_s=s.sample_s,
     )

@@ -1,16 +1,19 @@
 """One update of Algorithm 2: a minibatch's teacher-forced log-probs, the loss, one optimizer step.
 
+The update has two halves, so that the trainer can measure between them:
+:func:`minibatch_forward` (log-probs, policy loss, KL) and :func:`optimizer_step`
+(backward, clipping, one AdamW step); :func:`minibatch_update` is both. Between them,
+:func:`compare_gradients` measures the token- and sequence-level gradients of the same
+minibatch and their §9 decomposition
+(:func:`sapo_lab.objective.diagnostics.token_sequence_gradient_comparison`) without
+touching ``.grad`` or any random stream, so the update is unchanged.
+
 Responses whose advantage is exactly 0 add nothing to the policy gradient. With
 ``skip_zero_advantage`` (only when ``beta == 0``: the KL term does see them) they are
 left out of the forward/backward and the loss is rescaled to the full minibatch's
 normalisation, which gives the same update for less compute. A minibatch with no
 non-zero advantage still takes an optimizer step with a zero gradient, because AdamW
 moves the weights through its momentum even then.
-
-With ``compare_gradients`` the update also measures, before its backward pass, the
-token- and sequence-level gradients of the same minibatch and their §9 decomposition
-(:func:`sapo_lab.objective.diagnostics.token_sequence_gradient_comparison`); the update itself is
-unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 from ..errors import NonFiniteError, TrainingDiverged
 from ..objective.diagnostics import token_sequence_gradient_comparison
-from ..objective.losses import kl_to_reference, policy_loss
+from ..objective.losses import PolicyLossOutput, kl_to_reference, policy_loss
 from ..objective.registry import token_level_kernel
 from .device import ModelTimer, autocast_for
 from .model import response_logprobs
@@ -44,8 +47,9 @@ class UpdateResult:
     log_ratio: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
-    gradient_comparison: dict | None = None  # tokseq_* keys, only when asked for
+    gradient_comparison: dict | None = None  # tokseq_* keys, set by the trainer when it compared
     comparison_s: float = 0.0  # wall time of the comparison (diagnostics, not model work)
+    lr: float | None = None  # the learning rate of this optimizer step
 
 
 def comparison_kwargs(loss_config) -> dict:
@@ -91,24 +95,27 @@ def zero_advantage_scale(mb: MiniBatch, keep: torch.Tensor, aggregation: str) ->
     return float(cm[keep].sum()) / float(cm.sum())
 
 
-def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: ModelTimer, where: str,
-                     compare_gradients: bool = False) -> UpdateResult:
-    """Set the LR, compute the loss of ``mb``, backpropagate, clip and step; ``where`` labels a divergence.
+@dataclass
+class Forward:
+    """A minibatch's forward pass and loss, before the backward; ``mb is None``: every advantage was 0."""
 
-    ``compare_gradients`` adds the token- versus sequence-level gradient comparison to the result.
-    """
+    mb: MiniBatch | None  # the rows that are trained
+    logp: torch.Tensor | None = None  # (rows, tokens), with the graph
+    loss: torch.Tensor | None = None  # the minimized scalar
+    out: PolicyLossOutput | None = None
+    kl: torch.Tensor | None = None
+    scale: float = 1.0  # the zero-advantage rescaling already in ``loss``
+
+
+def minibatch_forward(model, mb: MiniBatch, cfg, *, timer: ModelTimer, where: str) -> Forward:
+    """Teacher-forced log-probs at the sampling temperature, the policy loss and the KL term; ``where`` labels a divergence."""
     o, lc = cfg.optimization, cfg.loss
-    for group in optimizer.param_groups:
-        group["lr"] = lr
     scale = 1.0
     if o.skip_zero_advantage and o.beta == 0:
         keep = mb.advantages != 0
         scale = zero_advantage_scale(mb, keep, lc.aggregation)
         if not bool(keep.any()):
-            for p in model.parameters():
-                p.grad = torch.zeros_like(p)
-            optimizer.step()
-            return UpdateResult(loss=0.0, grad_norm=0.0, tokens_trained=0)
+            return Forward(mb=None)
         mb = mb.select(keep)
     model.train()
     with timer, autocast_for(mb.input_ids.device):
@@ -125,13 +132,34 @@ def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: 
         loss = loss + o.beta * kl
     if not torch.isfinite(loss):
         raise TrainingDiverged(f"{where}: loss is {float(loss.detach())}")
-    comparison, comparison_s = None, 0.0
-    if compare_gradients:
-        t0 = time.perf_counter()
-        comparison = token_sequence_gradient_comparison(
-            logp, mb.behavior_logp, mb.advantages, mask, params=list(model.parameters()), loss_scale=scale,
-            **comparison_kwargs(lc))
-        comparison_s = time.perf_counter() - t0
+    return Forward(mb=mb, logp=logp, loss=loss, out=out, kl=kl, scale=scale)
+
+
+def compare_gradients(model, forward: Forward, loss_config) -> tuple[dict | None, float]:
+    """``(tokseq_* keys, wall seconds)`` of the token- versus sequence-level gradient comparison on ``forward``'s
+    minibatch; ``(None, 0.0)`` when nothing was trained. Reads the graph, leaves ``.grad`` alone."""
+    if forward.mb is None:
+        return None, 0.0
+    t0 = time.perf_counter()
+    mb = forward.mb
+    comparison = token_sequence_gradient_comparison(
+        forward.logp, mb.behavior_logp, mb.advantages, mb.completion_mask, params=list(model.parameters()),
+        loss_scale=forward.scale, **comparison_kwargs(loss_config))
+    return comparison, time.perf_counter() - t0
+
+
+def optimizer_step(model, optimizer, forward: Forward, cfg, *, lr: float, timer: ModelTimer, where: str) -> UpdateResult:
+    """Set the LR, backpropagate ``forward.loss``, clip and step; ``where`` labels a divergence."""
+    o, lc = cfg.optimization, cfg.loss
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    if forward.mb is None:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        return UpdateResult(loss=0.0, grad_norm=0.0, tokens_trained=0, lr=lr)
+    mb, logp, loss, kl = forward.mb, forward.logp, forward.loss, forward.kl
+    mask = mb.completion_mask
     max_norm = o.max_grad_norm if o.max_grad_norm > 0 else float("inf")
     with timer:
         optimizer.zero_grad(set_to_none=True)
@@ -144,11 +172,16 @@ def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: 
         loss=float(loss.detach()),
         grad_norm=grad_norm,
         tokens_trained=int(mask.sum()),
-        stats=out.stats,
+        stats=forward.out.stats,
         kl_ref=None if kl is None else float(kl.detach()),
         log_ratio=seen_log_ratio(logp, mb.behavior_logp, mask, lc.resolved_importance_sampling_level()),
         mask=mask,
         advantages=mb.advantages,
-        gradient_comparison=comparison,
-        comparison_s=comparison_s,
+        lr=lr,
     )
+
+
+def minibatch_update(model, optimizer, mb: MiniBatch, cfg, *, lr: float, timer: ModelTimer, where: str) -> UpdateResult:
+    """:func:`minibatch_forward` then :func:`optimizer_step`: one update of ``mb`` at learning rate ``lr``."""
+    forward = minibatch_forward(model, mb, cfg, timer=timer, where=where)
+    return optimizer_step(model, optimizer, forward, cfg, lr=lr, timer=timer, where=where)

@@ -1,0 +1,63 @@
+"""The trainer at a terminal: its progress bar, and Ctrl-C as a request to stop after the current step."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+from tqdm.auto import tqdm
+
+
+class ProgressBar:
+    """A tqdm bar over rollout steps showing the last reward and the last measured dev Pass@1."""
+
+    def __init__(self, *, total: int, initial: int, desc: str, enabled: bool | None):
+        self._bar = tqdm(total=total, initial=initial, desc=desc, disable=None if enabled is None else not enabled,
+                         dynamic_ncols=True)
+        self._last_dev = None
+
+    def show(self, row: dict) -> None:
+        """One step done: advance and show its reward (and its dev Pass@1 when measured)."""
+        if row.get("dev_pass1") is not None:
+            self._last_dev = row["dev_pass1"]
+        self._bar.update(1)
+        dev = f"{self._last_dev:.2f}" if self._last_dev is not None else "-"
+        self._bar.set_postfix(reward=f"{row['reward_mean']:.2f}", dev=dev)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+@contextlib.contextmanager
+def progress_bar(**kwargs):
+    """:class:`ProgressBar` closed on the way out, whatever happens."""
+    bar = ProgressBar(**kwargs)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def ctrl_c_requests_stop(trainer):
+    """While inside: the first Ctrl-C calls ``trainer.request_stop()``, a second one stops at once.
+
+    Outside the main thread (where handlers cannot be set) Ctrl-C keeps its usual meaning.
+    """
+
+    def on_sigint(signum, frame):
+        if trainer.stop_requested:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        trainer.request_stop()
+
+    previous = None
+    if hasattr(signal, "SIGINT"):
+        try:
+            previous = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not the main thread
+            previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
