@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..tasks import task_for
+from ..tasks import splits_for, task_for
+from ..training.evaluation import eval_temperature
+from ..training.seeds import final_eval_seed
 
 
 def task_weights(task) -> dict:
@@ -22,22 +24,20 @@ def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
     if num_samples == 0:
         return choice
     task = task_for(cfg)
-    t = cfg.task
-    problems = task.make_splits(t.split_seed, t.num_train, t.num_dev, t.num_eval)["eval"]
+    problems = splits_for(cfg, task)["eval"]
     model, tok = load_weights(run_dir, choice["step"])
-    temperature = cfg.rollout.temperature if cfg.evaluation.eval_temperature is None else cfg.evaluation.eval_temperature
     records = score_problems(
         model,
         tok,
         task,
         problems,
         num_samples=num_samples,
-        temperature=temperature,
+        temperature=eval_temperature(cfg),
         max_completion_length=cfg.rollout.max_completion_length,
         # the trainer's final-eval seed: every selected checkpoint is scored with the same random
         # numbers, and at the final step with num_samples equal to evaluation.num_samples this
         # reproduces summary.json's final_pass1 exactly (with fewer samples it is another protocol)
-        seed=cfg.seed * 7919 + 1,
+        seed=final_eval_seed(cfg.seed),
     )
     choice["eval"] = breakdown(records, task_weights(task), pass_k=sorted({1, num_samples}))
     return choice
