@@ -10,7 +10,7 @@ from sapo_lab.studies.checkpoint_rules import (
     CheckpointMissing,
     checkpoint_by_rule,
     load_weights,
-    read_metrics,
+    run_metric_rows,
     save_snapshot,
     saved_steps,
     select_step,
@@ -89,15 +89,15 @@ def test_torn_last_line_is_left_out_and_a_damaged_middle_line_refused(tmp_path):
     run = _write_run(tmp_path, _rows())
     with open(os.path.join(run, "metrics.jsonl"), "a") as f:
         f.write('{"step": 11, "dev_p')
-    assert [r["step"] for r in read_metrics(run)] == [r["step"] for r in _rows()]
+    assert [r["step"] for r in run_metric_rows(run)] == [r["step"] for r in _rows()]
     lines = open(os.path.join(run, "metrics.jsonl")).read().splitlines(keepends=True)
     lines[3] = lines[3][:20] + "\n"
     open(os.path.join(run, "metrics.jsonl"), "w").writelines(lines)
     with pytest.raises(ValueError, match="metrics.jsonl line 4 is damaged"):
-        read_metrics(run)
+        run_metric_rows(run)
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 2}\n{"step": 1}\n')
     with pytest.raises(ValueError, match="increasing"):
-        read_metrics(run)
+        run_metric_rows(run)
 
 
 def test_snapshot_roundtrip_loads_that_steps_weights(tmp_path):

@@ -44,7 +44,7 @@ class CheckpointMissing(ValueError):
     """The selected step's weights were never saved or have been pruned."""
 
 
-def read_metrics(run_dir: str) -> list[dict]:
+def run_metric_rows(run_dir: str) -> list[dict]:
     """The rows of ``run_dir/metrics.jsonl`` as :func:`sapo_lab.training.run_folder.read_metrics` reads them
     (a torn last line left out; any other damaged line an error naming it)."""
     folder = RunFolder(run_dir)
@@ -135,7 +135,7 @@ def checkpoint_by_rule(run_dir: str, by: str, value=None, *, saved_only: bool = 
 
     ``saved_only=True`` restricts the rule to steps with weights (declare it before looking).
     """
-    rows = read_metrics(run_dir)
+    rows = run_metric_rows(run_dir)
     choice = select_step(rows, by, value, candidates=saved_steps(run_dir) if saved_only else None)
     choice["weights"] = weights_for_step(run_dir, choice["step"])
     choice["saved_only"] = saved_only

@@ -12,13 +12,13 @@ from .verdicts import collapse_verdict
 
 def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     """Collapse verdict, selections with their eval breakdown, counters: ``study_record.json``."""
-    from .checkpoint_rules import read_metrics
+    from .checkpoint_rules import run_metric_rows
 
     path = os.path.join(run_dir, "study_record.json")
     if os.path.isfile(path):
         with open(path) as f:
             return json.load(f)
-    rows = read_metrics(run_dir)
+    rows = run_metric_rows(run_dir)
     diverged = None
     if os.path.isfile(os.path.join(run_dir, "diverged.json")):
         with open(os.path.join(run_dir, "diverged.json")) as f:

@@ -94,9 +94,9 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
         try:
             summary = train(cfg, run_dir, resume=state == "partial", log=log, progress=progress, on_step_end=callback)
         except TrainingDiverged as exc:
-            from .checkpoint_rules import read_metrics
+            from .checkpoint_rules import run_metric_rows
 
-            rows = read_metrics(run_dir)
+            rows = run_metric_rows(run_dir)
             write_json(os.path.join(run_dir, "diverged.json"), {"error": str(exc), "step": rows[-1]["step"] + 1 if rows else 1})
             summary = {"status": "diverged"}
         finally:  # a crashed invocation's time still counts
