@@ -171,3 +171,70 @@ def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, aggre
     assert any(r["tokens_trained"] < r["tokens_generated"] for r in skipped_rows)  # something was skipped
     for a, b in zip(*params, strict=True):
         torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+
+
+def test_constructing_a_trainer_trains_and_evaluates_nothing(tmp_path, monkeypatch):
+    """Catches: the lifecycle (cold start, its evaluation, config.json) running inside the constructor again,
+    or start() running it twice."""
+    import sapo_lab.training.lifecycle as lifecycle_mod
+    from sapo_lab.training.trainer import Trainer
+
+    calls = []
+    real_cold, real_eval = lifecycle_mod.get_cold_start, lifecycle_mod.held_out_eval
+    monkeypatch.setattr(lifecycle_mod, "get_cold_start", lambda *a, **k: calls.append("cold start") or real_cold(*a, **k))
+    monkeypatch.setattr(lifecycle_mod, "held_out_eval", lambda *a, **k: calls.append("eval") or real_eval(*a, **k))
+    t = Trainer(micro(max_steps=1), str(tmp_path / "run"), log=lambda m: None, progress=False)
+    assert calls == [] and not (tmp_path / "run").exists() and len(t.splits["eval"]) == 16
+    assert t.start() is t and t.start() is t
+    assert calls == ["cold start", "eval"] and (tmp_path / "run" / "config.json").exists()
+    t.train()
+    assert calls == ["cold start", "eval", "eval"]  # the final evaluation
+
+
+def test_gradient_comparison_is_called_by_the_loop_between_the_loss_and_the_step(tmp_path, monkeypatch):
+    """Catches: the comparison back inside the optimizer step, run after the backward (the graph is gone and
+    .grad is filled), on the wrong steps or minibatch (the first is on-policy: nothing to compare), or its
+    result not reaching the row."""
+    import sapo_lab.training.trainer as trainer_mod
+
+    events = []  # (function, the Forward it received or returned)
+
+    def traced(name):
+        real = getattr(trainer_mod, name)
+
+        def call(*args, **kwargs):
+            out = real(*args, **kwargs)
+            forward = out if name == "minibatch_forward" else args[2] if name == "optimizer_step" else args[1]
+            events.append((name, forward))
+            return out
+
+        monkeypatch.setattr(trainer_mod, name, call)
+
+    for name in ("minibatch_forward", "compare_gradients", "optimizer_step"):
+        traced(name)
+    t = trainer_mod.Trainer(micro(skip_zero_advantage=False, steps_per_generation=2, gradient_comparison_every=2),
+                            str(tmp_path), reward_fn=parity_reward, log=lambda m: None, progress=False)
+    t.start()
+    rows = []
+    for _ in range(4):
+        events.clear()
+        rows.append(t.train_step())
+        names = [n for n, _ in events]
+        if t.step % 2:
+            assert names == ["minibatch_forward", "optimizer_step"] * 2
+        else:  # the last (stalest) minibatch only, on its own forward, before that forward's backward
+            assert names == ["minibatch_forward", "optimizer_step", "minibatch_forward", "compare_gradients",
+                             "optimizer_step"]
+            assert events[2][1] is events[3][1] is events[4][1]
+    assert ["tokseq_cos" in r for r in rows] == [False, True, False, True]
+    assert all(r["diagnostics_s"] > 0 for r in rows[1::2]) and all(r["diagnostics_s"] == 0 for r in rows[::2])
+
+
+def test_the_loop_fits_on_a_screen():
+    """Catches: cadence work (dev evaluation, checkpoints, signals, the progress bar) growing back into the loop."""
+    import inspect
+
+    from sapo_lab.training.trainer import Trainer
+
+    for method in (Trainer.train, Trainer._loop, Trainer.train_step):
+        assert len(inspect.getsource(method).splitlines()) <= 40, method.__name__
