@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
+from sapo_lab import LOSS_TYPES
 from sapo_lab.integrations import trl as m
+from sapo_lab.objective.registry import KERNELS
 from sapo_lab.training.config import leaf_keys
 from tests._micro import micro
 
@@ -40,6 +42,22 @@ def test_loss_type_and_level(loss_type, aggregation, level, expected):
     cfg = micro(**{"loss.loss_type": loss_type, "loss.aggregation": aggregation, "loss.importance_sampling_level": level})
     kw = m.grpo_config_kwargs(cfg)
     assert (kw["loss_type"], kw["importance_sampling_level"]) == expected
+
+
+@pytest.mark.parametrize("name", LOSS_TYPES)
+def test_every_kernel_is_exported_under_its_trl_name_or_refused_by_key(name):
+    """Mistake caught: exporting a kernel TRL does not have (sapo_directional, gauss) under its own name,
+    which writes a train_trl.py that fails at start or trains another loss; or a mapping note that
+    forgets a kernel."""
+    cfg = micro(**{"loss.loss_type": name})
+    trl_name = KERNELS[name].trl_loss_type
+    if trl_name is None:
+        with pytest.raises(ValueError, match=r"config key 'loss\.loss_type' = '" + name):
+            m.grpo_config_kwargs(cfg)
+    else:
+        assert m.grpo_config_kwargs(cfg)["loss_type"] == trl_name
+    note = next(row.note for row in m.MAPPING if row.key == "loss.loss_type")
+    assert name in note
 
 
 def test_k_becomes_steps_per_generation_with_optimizer_step_units():
