@@ -128,3 +128,16 @@ def test_the_loss_library_loads_without_transformers():
     code = ("import sys, sapo_lab, sapo_lab.objective.losses, sapo_lab.objective.audit, sapo_lab.tasks; "
             "assert 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
+
+
+def test_an_installed_package_holds_every_subpackage():
+    """A non-editable install (Colab's pip install) ships what pyproject.toml's package discovery finds:
+    catches a subpackage left out of an explicit package list."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    find = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_packages(where=str(PACKAGE.parent), include=find["include"]))
+    on_disk = {module_name(p, PACKAGE) for p in PACKAGE.rglob("__init__.py")}
+    assert on_disk and shipped == on_disk, on_disk ^ shipped
