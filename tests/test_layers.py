@@ -134,7 +134,6 @@ def test_an_installed_package_holds_every_subpackage():
     """A non-editable install (Colab's pip install) ships what pyproject.toml's package discovery finds:
     catches a subpackage left out of an explicit package list."""
     import tomllib
-
     from setuptools import find_packages
 
     find = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
