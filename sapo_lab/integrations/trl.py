@@ -195,7 +195,8 @@ FIXED: dict = {
 # Values TRL cannot reproduce: (key, test on the config, reason).
 REFUSALS: tuple[tuple[str, Callable, str], ...] = (
     ("loss.loss_type", lambda cfg: KERNELS[cfg.loss.loss_type].trl_loss_type is None,
-     "TRL has no loss_type with this kernel's gate"),
+     "TRL has no loss_type with this kernel's gate (" + ", ".join(k.name for k in KERNELS.values()
+                                                               if k.trl_loss_type is None) + ")"),
     ("loss.aggregation", lambda cfg: cfg.loss.aggregation == "token_pool" and trl_loss_type(cfg) is None,
      "TRL pools tokens (bnpo) only for the clip losses; its loss_type='sapo' always averages per response"),
     ("loss.max_log_ratio_policy", lambda cfg: cfg.loss.max_log_ratio_policy != "record",
