@@ -9,13 +9,10 @@ import os
 import signal
 import sys
 
+from _micro import parity_reward
+
 import sapo_lab.training.checkpoint as checkpoint_mod
 from sapo_lab.tasks import AdditionTask
-
-
-def parity_reward(text, finished, problem):
-    """A reward that varies within groups even for an untrained micro model, so updates are not zero."""
-    return float(len(text) % 2), "wrong"
 
 
 def use_parity_reward(setattr_=setattr):

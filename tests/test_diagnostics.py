@@ -22,13 +22,7 @@ from sapo_lab.objective.diagnostics import (
     zero_advantage_groups,
 )
 
-
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_by_default")  # closed forms compared at float64 precision
 
 
 def sech2(x):

@@ -9,20 +9,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from _micro import micro
+from _micro import QUIET, micro, parity_reward
 
 from sapo_lab.training.trainer import Trainer
 
 TIMING = ("step_s", "elapsed_s", "non_model_frac", "diagnostics_s", "total_elapsed_s")
 
 
-def _parity(text, finished, problem):
-    return float(len(text) % 2), "wrong"
-
-
 def _trainer(tmp_path, name="run", **extra):
     cfg = micro(**{"skip_zero_advantage": False, "steps_per_generation": 2, **extra})
-    return Trainer(cfg, str(tmp_path / name), reward_fn=_parity, log=lambda m: None, progress=False)
+    return Trainer(cfg, str(tmp_path / name), reward_fn=parity_reward, **QUIET)
 
 
 def test_gradient_comparison_fires_on_the_configured_steps_and_last_minibatch(tmp_path, monkeypatch):

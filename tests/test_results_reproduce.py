@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _micro import QUIET
 
 from sapo_lab.studies.environment import kernel_fingerprint
 from sapo_lab.training.config import config_from_dict
@@ -100,7 +101,7 @@ def test_committed_run_prefix_reproduces(tmp_path, cold_start_cache, study, run_
     cfg.optimization.max_steps = PREFIX_STEPS
     cfg.cold_start.cache_dir = str(cold_start_cache)  # where the cache lives changes no number
     out = tmp_path / "run"
-    train(cfg, str(out), log=lambda m: None, progress=False)
+    train(cfg, str(out), **QUIET)
     with open(run / "metrics.jsonl") as f:
         committed = [json.loads(line) for line, _ in zip(f, range(PREFIX_STEPS), strict=False)]
     with open(out / "metrics.jsonl") as f:

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 
 import pytest
-from _micro import micro
+from _micro import QUIET, micro
 
 from sapo_lab.tasks import AdditionTask, Problem, Task, make_task, register_task, splits_for
 from sapo_lab.training.config import load_config
@@ -41,7 +41,7 @@ ECHO = {"task.name": "test_task_protocol:EchoTask", "task.options": {"length": 3
 
 def test_a_task_defined_in_a_test_file_trains_three_steps(tmp_path):
     run = str(tmp_path / "echo")
-    summary = train(micro(**ECHO), run, log=lambda m: None, progress=False)
+    summary = train(micro(**ECHO), run, **QUIET)
     rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert summary["steps"] == 3 and summary["task"] == "test_task_protocol:EchoTask"
     # Every verdict is EchoTask's: the addition verifier would call letters "invalid".
@@ -61,8 +61,7 @@ def test_registered_name_options_and_reward_fn_reach_the_run(tmp_path):
         seen.append(problem.prompt)
         return 0.5, "half"
 
-    t = Trainer(micro(**{**ECHO, "task.name": "echo-test", "max_steps": 1}), str(tmp_path), reward_fn=reward,
-                log=lambda m: None, progress=False)
+    t = Trainer(micro(**{**ECHO, "task.name": "echo-test", "max_steps": 1}), str(tmp_path), reward_fn=reward, **QUIET)
     assert t.task == EchoTask(length=3) and all(len(p.prompt) == 4 for p in t.splits["train"])
     row = t.train_step()
     assert row["reasons"] == {"half": 16} and row["reward_mean"] == 0.5 and len(seen) == 16

@@ -14,9 +14,8 @@ import os
 
 import pytest
 import torch
-
-from tests._micro import micro
-from tests._trl import require_trl
+from _micro import micro
+from _trl import require_trl
 
 trl = require_trl()
 

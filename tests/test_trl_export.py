@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
-from tests._micro import micro
-from tests._trl import require_trl
+from _micro import micro
+from _trl import require_trl
 
 require_trl()
 

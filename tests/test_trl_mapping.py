@@ -3,12 +3,12 @@
 import dataclasses
 
 import pytest
+from _micro import micro
 
 from sapo_lab import LOSS_TYPES
 from sapo_lab.integrations import trl as m
 from sapo_lab.objective.registry import KERNELS
 from sapo_lab.training.config import leaf_keys
-from tests._micro import micro
 
 
 def test_every_config_key_has_exactly_one_row():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _micro import micro
+from _micro import QUIET, micro, parity_reward
 
 from sapo_lab.objective.losses import kl_to_reference, policy_loss
 from sapo_lab.training.model import response_logprobs
@@ -20,10 +20,6 @@ MUTATIONS = {
     "trainer passes no aggregation to kl_to_reference": "test_kl_term_enters_the_loss_with_beta",
     "trainer drops the KL term (beta not applied)": "test_kl_term_enters_the_loss_with_beta",
 }
-
-
-def _parity(text, finished, problem):
-    return float(len(text) % 2), "wrong"
 
 
 def test_every_configured_loss_value_reaches_policy_loss(tmp_path, monkeypatch):
@@ -40,8 +36,7 @@ def test_every_configured_loss_value_reaches_policy_loss(tmp_path, monkeypatch):
     values = dict(loss_type="grpo", sapo_temperature_pos=1.3, sapo_temperature_neg=1.7, epsilon=0.15, epsilon_high=0.33,
                   importance_sampling_level="token", aggregation="token_pool", max_log_ratio=7.0,
                   max_log_ratio_policy="skip")
-    t = Trainer(micro(skip_zero_advantage=False, max_steps=1, **values), str(tmp_path), reward_fn=_parity,
-                log=lambda m: None, progress=False)
+    t = Trainer(micro(skip_zero_advantage=False, max_steps=1, **values), str(tmp_path), reward_fn=parity_reward, **QUIET)
     t.train_step()
     expected = dict(loss_type="grpo", tau_pos=1.3, tau_neg=1.7, clip_eps_low=0.15, clip_eps_high=0.33,
                     importance_sampling_level="token", aggregation="token_pool", max_log_ratio=7.0,
@@ -104,7 +99,7 @@ def test_signal_removed_matches_the_gate_weights():
 
 
 def test_logged_entropy_is_the_sampling_distributions(tmp_path):
-    t = Trainer(micro(max_steps=1, temperature=0.7), str(tmp_path), log=lambda m: None, progress=False)
+    t = Trainer(micro(max_steps=1, temperature=0.7), str(tmp_path), **QUIET)
     from sapo_lab.training.device import ModelTimer
 
     batch = t.collect_rollout(ModelTimer(t.device))
@@ -134,7 +129,7 @@ def test_kl_term_enters_the_loss_with_beta(tmp_path, monkeypatch):
 
     monkeypatch.setattr(update_mod, "kl_to_reference", spy)
     t = Trainer(micro(beta=0.5, max_steps=1, aggregation="token_pool", steps_per_generation=1), str(tmp_path),
-                reward_fn=_parity, log=lambda m: None, progress=False)
+                reward_fn=parity_reward, **QUIET)
     # Perturb the policy so the KL to the (cold-start) reference is not zero.
     with torch.no_grad():
         for p in t.model.parameters():
