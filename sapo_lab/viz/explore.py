@@ -128,3 +128,44 @@ def live_explorer(function: Callable, **controls):
     record.widget = shown.widget
     LIVE_EXPLORERS.append(record)
     return shown
+
+
+def _other_value(control):
+    """A value of ``control`` other than its current one: a slider's far end, another option, or not."""
+    if hasattr(control, "max"):
+        return control.max if control.value != control.max else control.min
+    if hasattr(control, "options"):
+        values = [o[1] if isinstance(o, tuple) else o for o in control.options]
+        return next(v for v in values if v != control.value)
+    return not control.value
+
+
+def drive_live_explorers(expected: int) -> list[dict]:
+    """Change every control of every live explorer of this kernel once, then put it back.
+
+    Fails (AssertionError naming the explorer and control) when a chapter did not create
+    ``expected`` explorers, when a change does not recompute the output, when the callback
+    raises, when it receives another value than the control holds, or when an explorer that
+    returns its numbers returns the same ones. In the book build no explorer is created
+    (there is no kernel to recompute them) and nothing is driven. Returns one record per
+    control: explorer, control, whether it returns numbers and whether they changed.
+    """
+    if in_book_build():
+        return []
+    assert len(LIVE_EXPLORERS) == expected, f"{len(LIVE_EXPLORERS)} live explorers, expected {expected}"
+    report = []
+    for explorer in LIVE_EXPLORERS:
+        assert explorer.error is None and explorer.calls >= 1, (explorer.name, explorer.error, explorer.calls)
+        for control in explorer.widget.kwargs_widgets:
+            name, old = control._kwarg, control.value
+            calls, before = explorer.calls, repr(explorer.last_result)
+            control.value = _other_value(control)
+            assert explorer.calls == calls + 1, f"{explorer.name}: changing {name} did not recompute"
+            assert explorer.error is None, f"{explorer.name}({name}={control.value}): {explorer.error}"
+            assert explorer.last_kwargs[name] == control.value, f"{explorer.name}: {name} did not reach the callback"
+            returns = explorer.last_result is not None
+            changed = repr(explorer.last_result) != before
+            assert changed or not returns, f"{explorer.name}: changing {name} left its numbers unchanged"
+            report.append(dict(explorer=explorer.name, control=name, returns=returns, changed=changed))
+            control.value = old
+    return report
