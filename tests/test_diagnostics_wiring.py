@@ -35,19 +35,25 @@ def test_gradient_comparison_fires_on_the_configured_steps_and_last_minibatch(tm
         return real(logp, behavior_logp, advantages, mask, **kwargs)
 
     monkeypatch.setattr(update_mod, "token_sequence_gradient_comparison", spy)
-    minibatch_ids = []
-    real_update = update_mod.minibatch_update
     import sapo_lab.training.trainer as trainer_mod
 
-    def update_spy(*args, compare_gradients=False, **kwargs):
-        minibatch_ids.append((kwargs["where"], compare_gradients))
-        return real_update(*args, compare_gradients=compare_gradients, **kwargs)
+    forwards, compared = [], []  # where each minibatch's forward ran; where the comparison followed one
+    real_forward, real_compare = trainer_mod.minibatch_forward, trainer_mod.compare_gradients
 
-    monkeypatch.setattr(trainer_mod, "minibatch_update", update_spy)
+    def forward_spy(*args, where, **kwargs):
+        forwards.append(where)
+        return real_forward(*args, where=where, **kwargs)
+
+    def compare_spy(*args, **kwargs):
+        compared.append(forwards[-1])
+        return real_compare(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "minibatch_forward", forward_spy)
+    monkeypatch.setattr(trainer_mod, "compare_gradients", compare_spy)
     t = _trainer(tmp_path, gradient_comparison_every=2, loss_type="gspo", sapo_temperature_pos=1.3,
                  sapo_temperature_neg=1.9, epsilon=0.1, epsilon_high=0.3)
     rows = [t.train_step() for _ in range(4)]
-    assert [w for w, c in minibatch_ids if c] == ["step 2, minibatch 1", "step 4, minibatch 1"]
+    assert compared == ["step 2, minibatch 1", "step 4, minibatch 1"]
     assert len(calls) == 2
     for c in calls:
         assert c["loss_type"] == "grpo" and c["tau_pos"] == 1.3 and c["tau_neg"] == 1.9

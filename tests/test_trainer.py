@@ -160,7 +160,7 @@ def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, aggre
             reward_fn=parity_reward,  # varies within groups: minibatches mix zero and non-zero advantages
             log=lambda m: None,
             progress=False,
-        )
+        ).start()
         # Plain SGD: Adam would blow float noise on gradients that are exactly 0 in theory
         # (e.g. attention key biases) up to full-size steps and hide the comparison.
         t.opt = torch.optim.SGD(t.model.parameters(), lr=1e-2)

@@ -99,7 +99,7 @@ def test_signal_removed_matches_the_gate_weights():
 
 
 def test_logged_entropy_is_the_sampling_distributions(tmp_path):
-    t = Trainer(micro(max_steps=1, temperature=0.7), str(tmp_path), **QUIET)
+    t = Trainer(micro(max_steps=1, temperature=0.7), str(tmp_path), **QUIET).start()
     from sapo_lab.training.device import ModelTimer
 
     batch = t.collect_rollout(ModelTimer(t.device))
@@ -129,7 +129,7 @@ def test_kl_term_enters_the_loss_with_beta(tmp_path, monkeypatch):
 
     monkeypatch.setattr(update_mod, "kl_to_reference", spy)
     t = Trainer(micro(beta=0.5, max_steps=1, aggregation="token_pool", steps_per_generation=1), str(tmp_path),
-                reward_fn=parity_reward, **QUIET)
+                reward_fn=parity_reward, **QUIET).start()
     # Perturb the policy so the KL to the (cold-start) reference is not zero.
     with torch.no_grad():
         for p in t.model.parameters():

@@ -54,8 +54,6 @@ from .update import UpdateResult, compare_gradients, learning_rate_at, minibatch
 __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
 
 # What :meth:`Trainer.start` creates. Reading one of them first starts the run.
-_STARTED = frozenset({"model", "tok", "cold_eval", "reference", "opt", "generators", "step", "elapsed", "counters"})
-
 
 class Trainer:
     """One run directory (:class:`sapo_lab.training.run_folder.RunFolder`) and the loop that fills it.
@@ -94,11 +92,6 @@ class Trainer:
         self.reward_fn = self.task.verify if reward_fn is None else reward_fn
         self.splits = splits_for(cfg, self.task)
 
-    def __getattr__(self, name):
-        if name in _STARTED and not self.__dict__.get("started", True):
-            return getattr(self.start(), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def request_stop(self) -> None:
         """Finish the current step, checkpoint, and return (what Ctrl-C does)."""
         self.stop_requested = True
@@ -113,7 +106,7 @@ class Trainer:
         self.started = True
         cfg = self.cfg
         os.makedirs(self.run_dir, exist_ok=True)
-        with torch.enable_grad():  # the first read of trainer.model may come from inside a caller's no_grad block
+        with torch.enable_grad():  # the cold start trains even when start() is called inside a no_grad block
             self.model, self.tok, self.cold_eval = start_model(
                 cfg, self.folder, self.splits, self.task, self.device, resume=self.resume, log=self.log
             )
@@ -210,6 +203,7 @@ class Trainer:
 
     def train_step(self) -> dict:
         """One rollout step: collect a rollout and its advantages, make K minibatch updates, return the metrics row."""
+        self.start()
         t_start = time.perf_counter()
         timer = ModelTimer(self.device)  # model work; the rest of the step is bookkeeping
         batch = self.collect_rollout(timer)
