@@ -52,7 +52,11 @@ student:
 browser: venv
 	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
 
-test: lint unit nbval student book-html browser
+# Both cores stay busy: the book build executes its chapters one after another in one kernel, so it runs
+# beside the unit tests and then nbval (two pytest workers each); the browser test reads the built book.
+test: lint static
+	$(MAKE) -j2 --output-sync=target book-html unit nbval student
+	$(MAKE) browser
 
 # Compatibility leg: the lowest versions pyproject.toml declares (constraints-min.txt), installed
 # through pyproject.toml's own ranges so that a range and its pin cannot drift apart; the test

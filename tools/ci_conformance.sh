@@ -3,6 +3,7 @@
 # and fail if the matrix they give differs from the committed results/conformance/matrix.json (dates and
 # timings aside). The other frameworks' committed results say when they were last run (`make conformance`);
 # tests/test_conformance_matrix.py checks the committed file is consistent. Usage: bash tools/ci_conformance.sh
+# [--build-only: only build the environments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -11,6 +12,10 @@ start=$(date +%s)
 # base, skyrl-train and Trinity-RFT add ray and a few small packages. verl, AReaL and both ms-swift versions
 # need hundreds of MB more (results/conformance/matrix.md: build times, sizes, and when each was last run).
 FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft"}
+if [ "${1:-}" = "--build-only" ]; then
+    for key in $FRAMEWORKS; do bash conformance/build_env.sh "$key"; done
+    exit 0
+fi
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 for key in $FRAMEWORKS; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The TRL leg: build TRL's own environment from requirements-trl.txt, then run tests/test_trl_*.py there
-# with TRL required (a missing TRL fails instead of skipping). Usage: bash tools/ci_trl.sh [pytest args]
+# with TRL required (a missing TRL fails instead of skipping). Usage: bash tools/ci_trl.sh [pytest args | --build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -15,6 +15,7 @@ if [ ! -f "$STAMP" ] || [ requirements-trl.txt -nt "$STAMP" ] || [ pyproject.tom
     touch "$STAMP"
 fi
 echo "TRL environment ready in $(( $(date +%s) - start )) s"
+if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 export PYTHONPATH=$PWD SAPO_LAB_REQUIRE_TRL=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 "$VENV/bin/python" -m pytest -q tests/test_trl_mapping.py tests/test_trl_equivalence.py tests/test_trl_export.py "$@"
 echo "TRL leg wall time: $(( $(date +%s) - start )) s"
