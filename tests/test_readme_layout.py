@@ -7,8 +7,6 @@ step-by-step path through a training step that names a function no longer there.
 import pathlib
 import re
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sapo_lab"
 
