@@ -13,7 +13,7 @@ answers without loading torch or transformers.
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import os
 import re
 import sys
@@ -143,6 +143,7 @@ def _model_for(args, cfg):
     from .training.cold_start import get_cold_start
     from .training.device import resolve_device
     from .training.model import load_model_and_tokenizer
+    from .training.seeds import global_seed
 
     device = resolve_device(cfg.device)
     task = task_for(cfg)
@@ -152,12 +153,13 @@ def _model_for(args, cfg):
         model.to(device)
     else:
         model, tok, _ = get_cold_start(cfg, splits, device, log=_log, task=task)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(global_seed(cfg.seed))
     return model.eval(), tok, splits, task
 
 
 def cmd_eval(args, overrides) -> int:
     """``eval``: held-out Pass@1, pass@k and greedy accuracy of a model on one split."""
+    from .training.durable import write_json
     from .training.evaluation import held_out_eval
 
     cfg = _load_config(args.config, overrides)
@@ -173,8 +175,7 @@ def cmd_eval(args, overrides) -> int:
         print(f"  difficulty {d}: Pass@1 {100 * v['pass1']:.1f}% over {v['num_prompts']} prompts")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
-        with open(os.path.join(args.output_dir, "eval.json"), "w") as f:
-            json.dump(res, f, indent=2)
+        write_json(os.path.join(args.output_dir, "eval.json"), res)
     return 0
 
 
@@ -183,12 +184,13 @@ def cmd_sample(args, overrides) -> int:
     import torch
 
     from .training.rollout import rollout
+    from .training.seeds import sample_command_seed
 
     cfg = _load_config(args.config, overrides)
     if args.num < 1:
         raise UsageError(f"--num must be >= 1, got {args.num}")
     model, tok, splits, task = _model_for(args, cfg)
-    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(cfg.seed)
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(sample_command_seed(cfg.seed))
     batch = rollout(
         model,
         tok,
@@ -206,6 +208,7 @@ def cmd_sample(args, overrides) -> int:
 
 def cmd_compare(args, overrides) -> int:
     """``compare``: train every loss type x seed, then write and print one results table."""
+    from .training.durable import atomic_write, write_json
     from .training.trainer import train
 
     overrides = _with_start_model(args, overrides)
@@ -242,10 +245,10 @@ def cmd_compare(args, overrides) -> int:
             }
         )
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(rows, f, indent=2)
-    with open(os.path.join(out_dir, "results.txt"), "w") as f:
-        print_table(rows, file=f)
+    write_json(os.path.join(out_dir, "results.json"), rows)
+    table = io.StringIO()
+    print_table(rows, file=table)
+    atomic_write(os.path.join(out_dir, "results.txt"), table.getvalue())
     print_table(rows)
     print(f"results: {os.path.join(out_dir, 'results.json')}")
     return 0

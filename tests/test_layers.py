@@ -130,6 +130,27 @@ def test_the_loss_library_loads_without_transformers():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
 
 
+def _heavy_after_importing_explore(root: pathlib.Path) -> list[str]:
+    import subprocess
+    import sys
+
+    code = ("import sys, sapo_lab.viz.explore; "
+            "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=root.parent, capture_output=True, text=True)
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_the_explorers_load_without_the_training_stack(tmp_path):
+    """viz may import training only for the plots' metrics reader. Catches that import reaching the
+    explorers (viz.explore importing viz.plots, or the reader imported in viz/__init__): the book's
+    sliders would then wait for torch. The planted copy shows the check can fail."""
+    assert _heavy_after_importing_explore(PACKAGE) == []
+    root = _copy_package(tmp_path)
+    explore = root / "viz" / "explore.py"
+    explore.write_text(explore.read_text() + "\nfrom . import plots  # noqa\n")
+    assert "torch" in _heavy_after_importing_explore(root)
+
+
 def test_an_installed_package_holds_every_subpackage():
     """A non-editable install (Colab's pip install) ships what pyproject.toml's package discovery finds:
     catches a subpackage left out of an explicit package list."""

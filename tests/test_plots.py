@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sapo_lab.viz.plots import plot_training_curves, read_metrics
+from sapo_lab.viz.plots import curve_rows, plot_training_curves
 
 
 def test_training_curves_from_metrics_file(tmp_path):
@@ -12,10 +12,26 @@ def test_training_curves_from_metrics_file(tmp_path):
         {"step": s, "reward_mean": s / 10, "dev_pass1": None if s % 2 else s / 10, "entropy": 1 - s / 10} for s in range(1, 6)
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert read_metrics(str(tmp_path)) == rows
+    assert curve_rows(str(tmp_path)) == rows
     out = tmp_path / "curves.png"
     fig = plot_training_curves({"sapo": str(tmp_path)}, path=str(out))
     assert out.stat().st_size > 1000 and len(fig.axes) >= 9
+
+
+def test_curves_read_metrics_as_the_run_folder_does(tmp_path):
+    """Catches plots parsing metrics.jsonl with a tolerance of their own: a killed run's half-written last
+    row must be left out (as the study tables do), a damaged earlier row must be an error naming its line."""
+    from sapo_lab.training.run_folder import RunDirError
+
+    rows = [{"step": s, "reward_mean": s / 10} for s in range(1, 4)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "metrics.jsonl").write_text(text + '{"step": 4, "rewa')
+    assert curve_rows(str(tmp_path)) == rows
+    (tmp_path / "metrics.jsonl").write_text(text.replace('"step": 2', '"step": 2,,'))
+    with pytest.raises(RunDirError, match="line 2"):
+        curve_rows(str(tmp_path / "metrics.jsonl"))
+    with pytest.raises(FileNotFoundError, match="no such metrics file"):
+        curve_rows(str(tmp_path / "elsewhere"))
 
 
 def _explorer(function, **controls):

@@ -24,6 +24,7 @@ def test_the_formulas_are_the_ones_committed_results_used(seed):
     assert (seeds.data_seed(seed), seeds.shuffle_seed(seed), seeds.sample_seed(seed)) == (
         seed * 3 + 11, seed * 3 + 12, seed * 3 + 13)
     assert seeds.global_seed(seed) == seed
+    assert seeds.sample_command_seed(seed) == seed  # what the sample command used before it had a name
     gens = seeds.run_generators(seed, torch.device("cpu"))
     assert list(gens) == ["data", "shuffle", "sample"]  # the order checkpoints store them in
     assert [g.initial_seed() for g in gens.values()] == [seed * 3 + 11, seed * 3 + 12, seed * 3 + 13]

@@ -11,6 +11,7 @@ import json
 import os
 import time
 
+from ..training.durable import atomic_write, write_json
 from .trl import PROMPT_FORMATS, TESTED_TRL_VERSION, check_supported, per_device_batch_size
 
 SCRIPT_TEMPLATE = '''#!/usr/bin/env python
@@ -140,10 +141,7 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None, promp
     paths = []
     for name, text in files.items():
         path = os.path.join(output_dir, name)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)
         paths.append(path)
     return paths
 
@@ -217,8 +215,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
     }
     if trainer.accelerator.is_main_process:
         tok.save_pretrained(final)
-        with open(os.path.join(output_dir, "trl_summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        write_json(os.path.join(output_dir, "trl_summary.json"), summary)
     return summary
 
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
+from ..training.run_folder import RunFolder
 from .paired import _noncentral_t_sf, compare, distinct, holm, smallest_n, t_quantile, trajectory_key
 from .results import Run, Study
 
 
 def run_config(run: Run) -> dict:
     """The run's resolved ``config.json``."""
-    with open(Path(run.path) / "config.json") as f:
+    with open(RunFolder(str(run.path)).config) as f:
         return json.load(f)
 
 

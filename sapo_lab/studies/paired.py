@@ -11,9 +11,9 @@ decides whether a gap is noise. Everything here works on those paired difference
 * :func:`holm`: Holm's step-down adjustment for a declared family of tests;
 * :func:`trajectory_key`, :func:`distinct`: the same run found in two studies counts once.
 
-Only the standard library: the t distribution comes from the regularised incomplete beta
-function (a Lentz continued fraction), the noncentral t from a quadrature over the
-chi-square density. ``tests/test_paired.py`` checks both against scipy.
+The statistics use only the standard library: the t distribution comes from the
+regularised incomplete beta function (a Lentz continued fraction), the noncentral t from
+a quadrature over the chi-square density. ``tests/test_paired.py`` checks both against scipy.
 """
 
 from __future__ import annotations
@@ -297,12 +297,12 @@ def trajectory_key(run_dir: str | Path) -> str:
     (losses, gradient norms, rewards and dev scores to the last digit); their fingerprints are
     then equal and the run counts once in a pooled table.
     """
+    from .checkpoint_rules import run_metric_rows  # the one metrics reader; the statistics above need no torch
+
     digest = hashlib.sha256()
-    with open(Path(run_dir) / "metrics.jsonl") as f:
-        for line in f:
-            if line.strip():
-                row = {k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS}
-                digest.update(json.dumps(row, sort_keys=True).encode())
+    for row in run_metric_rows(str(run_dir)):
+        timeless = {k: v for k, v in row.items() if k not in TIMING_FIELDS}
+        digest.update(json.dumps(timeless, sort_keys=True).encode())
     return digest.hexdigest()
 
 

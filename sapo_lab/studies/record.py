@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from .json_file import write_json
+from ..training.durable import write_json
+from ..training.run_folder import RunFolder
 from .selected_eval import evaluate_selected
 from .verdicts import collapse_verdict
 
@@ -25,7 +26,7 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
             diverged = json.load(f)
         summary = {"status": "diverged", "steps": diverged["step"]}
     else:
-        with open(os.path.join(run_dir, "summary.json")) as f:
+        with open(RunFolder(run_dir).summary) as f:
             summary = json.load(f)
     last = rows[-1] if rows else {}
     record = {

@@ -3,7 +3,7 @@
 A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.runner`): ``summary.json`` with
 one row per finished run, and per run ``runs/RUN_ID/metrics.jsonl`` (one row per rollout
 step) and ``study_record.json`` (collapse verdict, selected checkpoints, counters). This
-module only reads them: no torch, no training.
+module only reads them; a run's own files are read through :mod:`sapo_lab.training.run_folder`.
 
 Curves over seeds are summarised by their mean and their seed range (min, max). With two or
 three seeds a normal interval would be a pretence of precision; the range shows every seed.
@@ -17,6 +17,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..training.run_folder import RunFolder
+from .checkpoint_rules import run_metric_rows
 
 
 def results_root(start: str | os.PathLike | None = None) -> Path:
@@ -45,10 +48,9 @@ class Run:
 
     @property
     def rows(self) -> list[dict]:
-        """The run's ``metrics.jsonl`` rows, one per rollout step."""
+        """The run's ``metrics.jsonl`` rows, one per rollout step (read by :func:`run_metric_rows`)."""
         if self._rows is None:
-            with open(self.path / "metrics.jsonl") as f:
-                self._rows = [json.loads(line) for line in f if line.strip()]
+            self._rows = run_metric_rows(str(self.path))
         return self._rows
 
     @property
@@ -57,8 +59,7 @@ class Run:
 
         The key depends on the seed and on the task and SFT settings, so one seed on two tasks gives two keys.
         """
-        with open(self.path / "cold_start_eval.json") as f:
-            return json.load(f)["cold_start"]["key"]
+        return RunFolder(str(self.path)).read_cold_start_eval()["cold_start"]["key"]
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
         """(steps, values) of ``metric`` over the rows where it was measured (not null, finite)."""

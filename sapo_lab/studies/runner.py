@@ -24,9 +24,10 @@ import os
 import shutil
 import time
 
+from ..training.durable import atomic_write, write_json
+from ..training.run_folder import RunFolder
 from .environment import capture_environment
 from .expansion import expand_runs
-from .json_file import write_json
 from .record import finish_record
 from .spec import load_declaration
 from .summary import write_summary
@@ -38,7 +39,7 @@ def run_status(run_dir: str) -> str:
     """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
     from ..training.checkpoint import latest_checkpoint
 
-    if os.path.isfile(os.path.join(run_dir, "summary.json")) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
+    if os.path.isfile(RunFolder(run_dir).summary) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
         return "done"
     if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is not None:
         return "partial"
@@ -47,7 +48,7 @@ def run_status(run_dir: str) -> str:
 
 def _same_config(run_dir: str, cfg) -> bool:
     """The run's saved config equals ``cfg`` (where the cold-start cache lives does not count)."""
-    with open(os.path.join(run_dir, "config.json")) as f:
+    with open(RunFolder(run_dir).config) as f:
         saved = json.load(f)
     now = json.loads(json.dumps(cfg.to_dict()))
     for d in (saved, now):
@@ -133,8 +134,7 @@ def run_study(
         raise ValueError(f"--methods: {unknown[0]!r} is not a method of study {study['name']!r}; it has {list(study['methods'])}")
     todo = [r for r in runs if methods is None or r["method"] in methods]
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
-    with open(os.path.join(out, ".gitignore"), "w") as f:
-        f.write(GITIGNORE)
+    atomic_write(os.path.join(out, ".gitignore"), GITIGNORE)
     declared = os.path.join(out, "study.json")
     if os.path.isfile(declared):
         with open(declared) as f:

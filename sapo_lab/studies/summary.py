@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 
-from .json_file import write_json
+from ..training.durable import atomic_write, write_json
 from .results import value_tag
 from .spec import grid_leaf
 
@@ -61,10 +62,9 @@ def write_summary(out: str, runs: list[dict], study: dict) -> list[dict]:
         rows.append(summary_row(record, wall))
     write_json(os.path.join(out, "summary.json"), rows)
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = os.path.join(out, "summary.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, os.path.join(out, "summary.csv"))
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(os.path.join(out, "summary.csv"), table.getvalue().encode())
     return rows

@@ -23,6 +23,7 @@ from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIE
 from ..objective.masks import AGGREGATIONS
 from ..objective.registry import KERNELS, LOSS_TYPES, kernel_for, resolved_level
 from ..tasks import make_task
+from .durable import write_json
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
@@ -159,11 +160,8 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def save(self, path: str) -> None:
-        """Write ``config.json`` atomically (a temporary file, then a rename)."""
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
+        """Write ``config.json`` (keys sorted) atomically and fsynced."""
+        write_json(path, self.to_dict(), sort_keys=True)
 
 
 PRESETS: dict[str, dict] = {

@@ -60,7 +60,13 @@ def sample_seed(seed: int) -> int:
 
 
 def global_seed(seed: int) -> int:
-    """torch's global generator, set once the model is ready (saved and restored with each checkpoint)."""
+    """torch's global generator, set once the model is ready (saved and restored with each checkpoint);
+    the ``eval`` and ``sample`` commands set it too, once their model is loaded."""
+    return seed
+
+
+def sample_command_seed(seed: int) -> int:
+    """The tokens the ``sample`` command draws to show a few answers."""
     return seed
 
 

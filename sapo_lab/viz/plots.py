@@ -1,9 +1,14 @@
-"""Training curves from a run's ``metrics.jsonl`` (matplotlib, imported lazily)."""
+"""Training curves from a run's ``metrics.jsonl`` (matplotlib, imported lazily).
+
+The rows are read by :func:`sapo_lab.training.run_folder.read_metrics`, the one reader of
+that file, so a curve and a study's table agree on what a torn or damaged line means.
+"""
 
 from __future__ import annotations
 
-import json
 import os
+
+from ..training.run_folder import METRICS, read_metrics
 
 DEFAULT_PANELS = (
     ("reward_mean", "train reward"),
@@ -18,12 +23,13 @@ DEFAULT_PANELS = (
 )
 
 
-def read_metrics(path: str) -> list[dict]:
-    """Rows of a metrics file; ``path`` may be the run directory."""
+def curve_rows(path: str) -> list[dict]:
+    """The rows of a run's metrics file; ``path`` is the run directory or the file itself."""
     if os.path.isdir(path):
-        path = os.path.join(path, "metrics.jsonl")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        path = os.path.join(path, METRICS)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such metrics file")
+    return read_metrics(path).rows
 
 
 def plot_training_curves(runs, panels=DEFAULT_PANELS, path: str | None = None, ncols: int = 3):
@@ -41,7 +47,7 @@ def plot_training_curves(runs, panels=DEFAULT_PANELS, path: str | None = None, n
         runs = {os.path.basename(os.path.normpath(runs)): runs}
     elif not isinstance(runs, dict):
         runs = {os.path.basename(os.path.normpath(r)): r for r in runs}
-    data = {label: read_metrics(p) for label, p in runs.items()}
+    data = {label: curve_rows(p) for label, p in runs.items()}
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.8 * nrows), squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels, strict=False):
