@@ -161,3 +161,14 @@ def test_an_installed_package_holds_every_subpackage():
     shipped = set(find_packages(where=str(PACKAGE.parent), include=find["include"]))
     on_disk = {module_name(p, PACKAGE) for p in PACKAGE.rglob("__init__.py")}
     assert on_disk and shipped == on_disk, on_disk ^ shipped
+
+
+def test_reading_study_results_loads_no_transformers():
+    """The evidence chapters read results through sapo_lab.studies: catches the package __init__ importing the
+    runner (and with it transformers) eagerly again."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sapo_lab.studies.results, sapo_lab.studies.analysis, sapo_lab.studies.paired; "
+            "assert 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)

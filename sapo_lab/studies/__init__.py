@@ -5,19 +5,33 @@ One module per job: :mod:`.spec` reads and checks a study file, :mod:`.expansion
 into runs, :mod:`.runner` trains them (resumable), :mod:`.verdicts` judges collapse,
 :mod:`.selected_eval` scores the selected checkpoints, :mod:`.record` and :mod:`.summary`
 write a run's record and the study's table, :mod:`.environment` records the machine;
-:mod:`.results` and :mod:`.analysis` read what a study wrote. Importing this package loads
-no torch: the training stack is imported by the functions that train or evaluate.
+:mod:`.results` and :mod:`.analysis` read what a study wrote. Importing this package, or
+reading results, loads no transformers: the names below resolve on first use.
 """
 
-from .environment import capture_environment, kernel_fingerprint
-from .expansion import expand_runs
-from .record import finish_record
-from .results import Study, load_study, results_root
-from .runner import run_status, run_study
-from .selected_eval import evaluate_selected, task_weights
-from .spec import grid_leaf, load_declaration
-from .summary import summary_row, write_summary
-from .verdicts import collapse_verdict
+# Resolved on first use (PEP 562), so that reading results (``sapo_lab.studies.results``,
+# ``.paired``, ``.analysis``) does not load transformers with the runner.
+_LAZY = {
+    "capture_environment": "environment", "kernel_fingerprint": "environment",
+    "expand_runs": "expansion", "finish_record": "record",
+    "Study": "results", "load_study": "results", "results_root": "results",
+    "run_status": "runner", "run_study": "runner",
+    "evaluate_selected": "selected_eval", "task_weights": "selected_eval",
+    "grid_leaf": "spec", "load_declaration": "spec",
+    "summary_row": "summary", "write_summary": "summary",
+    "collapse_verdict": "verdicts",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Study",
