@@ -169,6 +169,18 @@ PRESETS: dict[str, dict] = {
     # OpenMP thread competing with other processes made steps up to 8x slower. The wall-clock
     # guard keeps the laptop run within 5 minutes of training even on a busy machine.
     "cpu-tiny": {"threads": 1, "max_train_time_s": 290.0},
+    # The smallest run that exercises every part of the loop in seconds: the one-layer cpu-micro model, a
+    # 4-update cold start, 3 rollout steps. For tests and the book's live demonstrations, not for results.
+    "micro": {
+        "threads": 1,
+        "max_train_time_s": 0,
+        "model": {"name_or_path": "cpu-micro"},
+        "task": {"num_train": 40, "num_dev": 8, "num_eval": 8},
+        "cold_start": {"max_updates": 4, "eval_every": 2, "batch_size": 16, "cache_dir": ""},
+        "rollout": {"prompts_per_rollout": 4, "num_generations": 4, "max_completion_length": 4},
+        "optimization": {"max_steps": 3},
+        "evaluation": {"dev_every": 3, "dev_prompts": 8, "num_samples": 2, "pass_k": [1, 2]},
+    },
     "gpu-gpt2-small": {
         "model": {"name_or_path": "gpu-gpt2-small"},
         "task": {"options": {"min_digits": 1, "max_digits": 5}, "num_train": 100000, "num_eval": 1024},
