@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from sapo_lab.studies.per_family import score_problems
-from sapo_lab.tasks.suite import ReversedAddition, ScratchpadAddition
+from sapo_lab.tasks import AdditionTask
+from sapo_lab.tasks.suite import ScratchpadAddition
 from sapo_lab.training.cold_start import sft_batch
 from sapo_lab.training.model import build_model, position_ids_from_mask, response_logprobs
 from sapo_lab.training.rollout import encode_prompts, sample
@@ -102,7 +103,7 @@ def main() -> int:
     torch.manual_seed(0)
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "step":
-        for task in (ReversedAddition(), ScratchpadAddition()):
+        for task in (AdditionTask(), ScratchpadAddition()):
             step_cost(task)
     elif what == "sft":
         sft_cost()

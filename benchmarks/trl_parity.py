@@ -2,7 +2,7 @@
 
 Both start from one cold-start checkpoint (made once, saved to ``WORK/cold_start``), train the
 same config (``--config`` plus ``--max-steps``, no wall-clock guard so both do every step) and
-are scored by the same evaluator (``sapo_lab.training.trainer.held_out_eval`` on the untouched eval
+are scored by the same evaluator (``sapo_lab.training.evaluation.held_out_eval`` on the untouched eval
 split, with the seeds ``sapo_lab train`` uses). The TRL side runs the files that
 ``python -m sapo_lab export-trl`` writes. Prints a table and writes ``WORK/parity.json``;
 the last line is ``mean_gain_sapo_lab=... mean_gain_trl=...``.
@@ -33,7 +33,9 @@ from sapo_lab.integrations.trl_export import export  # noqa: E402
 from sapo_lab.training.cold_start import get_cold_start, save_pretrained_atomic  # noqa: E402
 from sapo_lab.training.config import load_config  # noqa: E402
 from sapo_lab.training.model import load_model_and_tokenizer  # noqa: E402
-from sapo_lab.training.trainer import held_out_eval, splits_for  # noqa: E402
+from sapo_lab.tasks import splits_for, task_for  # noqa: E402
+from sapo_lab.training.evaluation import held_out_eval  # noqa: E402
+from sapo_lab.training.seeds import final_eval_seed  # noqa: E402
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t, two-sided 95%
 
@@ -113,9 +115,10 @@ def main() -> int:
             theirs = json.load(f)
         # The same evaluator and seeds as sapo_lab train's summary (cold: offset 0, final: offset 1).
         cold_model, tok = load_model_and_tokenizer(cold_dir)
-        cold = held_out_eval(cold_model.eval(), tok, seed_cfg, splits["eval"])
+        verify = task_for(seed_cfg).verify
+        cold = held_out_eval(cold_model.eval(), tok, seed_cfg, splits["eval"], verify)
         final_model, tok = load_model_and_tokenizer(theirs["final_model"])
-        final = held_out_eval(final_model.eval(), tok, seed_cfg, splits["eval"], seed_offset=1)
+        final = held_out_eval(final_model.eval(), tok, seed_cfg, splits["eval"], verify, seed=final_eval_seed(seed))
         assert abs(cold["pass1"] - ours["cold_start_pass1"]) < 1e-12, "cold starts differ"
         row = {
             "seed": seed,

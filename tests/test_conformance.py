@@ -34,7 +34,7 @@ import math
 import pytest
 import torch
 
-from sapo_lab import mistakes, policy_loss
+from sapo_lab import policy_loss
 from sapo_lab.cli import main as cli_main
 from sapo_lab.conformance import (
     AGGREGATION,
@@ -56,6 +56,7 @@ from sapo_lab.conformance import (
     ReportCard,
     audit,
 )
+from sapo_lab.objective import planted_mistakes as mistakes
 
 TAU_POS, TAU_NEG = 1.0, 1.05
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sapo_lab import paired as P
+from sapo_lab.studies import paired as P
 
 DIFFS = [-0.201, -0.062, -0.065, -0.208, 0.01]
 
