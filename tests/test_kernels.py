@@ -5,8 +5,9 @@ import math
 import pytest
 import sympy as sp
 import torch
+from _batches import random_batch as shared_random_batch
 
-from sapo_lab import mask_from_lengths, policy_loss
+from sapo_lab import policy_loss
 from sapo_lab.objective.kernels import (
     directional_gate_weight,
     directional_surrogate,
@@ -20,23 +21,12 @@ from sapo_lab.objective.losses import LOSS_TYPES, SIGNAL_CELLS
 KERNELS = ("sapo", "grpo", "sapo_directional", "gauss")
 
 
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_by_default")
 
 
 def random_batch(batch=6, tokens=7, spread=0.6, seed=0, lengths=None):
-    g = torch.Generator().manual_seed(seed)
-    logp = -torch.rand(batch, tokens, generator=g) * 3
-    behavior = logp + spread * torch.randn(batch, tokens, generator=g)
-    adv = torch.randn(batch, generator=g)
-    adv[0] = 0.0  # one zero-advantage response in every batch
-    if lengths is None:
-        lengths = torch.randint(1, tokens + 1, (batch,), generator=g)
-    return logp.requires_grad_(True), behavior, adv, mask_from_lengths(lengths, tokens)
+    """The shared batch with one zero-advantage response in every batch."""
+    return shared_random_batch(batch, tokens, spread, seed, lengths, zero_first_advantage=True)
 
 
 # --- an independent, scalar, float64 reference written from the formulas ---------------------------

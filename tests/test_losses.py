@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from _batches import random_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,25 +19,8 @@ from sapo_lab import (
 )
 from sapo_lab.objective.planted_mistakes import WRONG_IMPLEMENTATIONS
 
-
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    """These tests compare against closed forms at float64 precision; restore the default after."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
-def random_batch(batch=5, tokens=7, spread=0.3, seed=0, lengths=None):
-    g = torch.Generator().manual_seed(seed)
-    logp = -torch.rand(batch, tokens, generator=g) * 3
-    behavior = logp + spread * torch.randn(batch, tokens, generator=g)
-    adv = torch.randn(batch, generator=g)
-    if lengths is None:
-        lengths = torch.randint(1, tokens + 1, (batch,), generator=g)
-    mask = mask_from_lengths(lengths, tokens)
-    return logp.requires_grad_(True), behavior, adv, mask
+# These tests compare against closed forms at float64 precision.
+pytestmark = pytest.mark.usefixtures("float64_by_default")
 
 
 def grad_of(logp, *args, **kw):

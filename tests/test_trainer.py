@@ -3,7 +3,7 @@ import os
 
 import pytest
 import torch
-from _micro import micro
+from _micro import QUIET, micro, parity_reward
 
 from sapo_lab.training.trainer import TrainingDiverged, learning_rate_at, train
 
@@ -19,7 +19,7 @@ def _rows(run_dir):
 def test_end_to_end_each_loss_type(tmp_path, loss_type):
     run = str(tmp_path / loss_type)
     # No skipping: the micro model's rewards are mostly 0, and the ratio statistics need trained tokens.
-    summary = train(micro(loss_type=loss_type, skip_zero_advantage=False), run, log=lambda m: None, progress=False)
+    summary = train(micro(loss_type=loss_type, skip_zero_advantage=False), run, **QUIET)
     for key in (
         "cold_start_pass1",
         "cold_start_pass1_ci95",
@@ -59,25 +59,20 @@ def test_end_to_end_each_loss_type(tmp_path, loss_type):
         assert "clip_frac" in rows[0]
 
 
-def parity_reward(text, finished, problem):
-    """A reward that varies within groups even for an untrained micro model."""
-    return float(len(text) % 2), "wrong"
-
-
 def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
     cfg = micro(save_steps=10)  # only the interruption writes a checkpoint
     # The parity reward makes the policy actually move between steps.
-    train(cfg, str(tmp_path / "full"), reward_fn=parity_reward, log=lambda m: None, progress=False)
+    train(cfg, str(tmp_path / "full"), reward_fn=parity_reward, **QUIET)
 
     def stop_after_two(trainer, row):
         if row["step"] == 2:
             trainer.request_stop()  # what Ctrl-C does: finish the step, checkpoint, return
 
     part = str(tmp_path / "part")
-    out = train(cfg, part, reward_fn=parity_reward, log=lambda m: None, progress=False, on_step_end=stop_after_two)
+    out = train(cfg, part, reward_fn=parity_reward, **QUIET, on_step_end=stop_after_two)
     assert out["status"] == "interrupted" and out["step"] == 2
     assert not os.path.exists(os.path.join(part, "summary.json"))
-    resumed = train(cfg, part, resume=True, reward_fn=parity_reward, log=lambda m: None, progress=False)
+    resumed = train(cfg, part, resume=True, reward_fn=parity_reward, **QUIET)
     rows = _rows(part)
     assert rows == _rows(str(tmp_path / "full"))
     assert all(r["grad_norm"] > 0 for r in rows) and len({r["entropy"] for r in rows}) == 4
@@ -87,11 +82,11 @@ def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
 
 def test_existing_run_is_not_overwritten(tmp_path):
     cfg = micro(max_steps=1)
-    train(cfg, str(tmp_path), log=lambda m: None, progress=False)
+    train(cfg, str(tmp_path), **QUIET)
     with pytest.raises(ValueError, match="already holds a run"):
-        train(cfg, str(tmp_path), log=lambda m: None, progress=False)
+        train(cfg, str(tmp_path), **QUIET)
     with pytest.raises(ValueError, match="not a run directory"):
-        train(cfg, str(tmp_path / "other"), resume=True, log=lambda m: None, progress=False)
+        train(cfg, str(tmp_path / "other"), resume=True, **QUIET)
 
 
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -101,7 +96,7 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
                 next(trainer.model.parameters()).fill_(float("nan"))
 
     with pytest.raises(TrainingDiverged, match="step 3.*last good checkpoint: .*step-000002"):
-        train(micro(), str(tmp_path), log=lambda m: None, progress=False, on_step_end=poison)
+        train(micro(), str(tmp_path), **QUIET, on_step_end=poison)
     ckpt = tmp_path / "checkpoints" / "step-000002"
     from safetensors.torch import load_file
 
@@ -110,7 +105,7 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 
 
 def test_kl_to_reference_is_logged_when_beta_is_set(tmp_path):
-    train(micro(beta=0.1, max_steps=2), str(tmp_path), log=lambda m: None, progress=False)
+    train(micro(beta=0.1, max_steps=2), str(tmp_path), **QUIET)
     rows = _rows(str(tmp_path))
     assert all("kl_ref" in r for r in rows) and rows[0]["kl_ref"] >= 0
 
@@ -138,12 +133,12 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(update_mod, "policy_loss", flaky)
     with pytest.raises(TrainingDiverged, match="step 3, minibatch 0: loss is nan"):
-        train(micro(skip_zero_advantage=False), str(tmp_path), log=lambda m: None, progress=False)
+        train(micro(skip_zero_advantage=False), str(tmp_path), **QUIET)
     assert (tmp_path / "checkpoints" / "step-000002" / "model.safetensors").exists()
 
 
 def test_time_limit_finishes_the_run_with_a_summary(tmp_path):
-    summary = train(micro(max_train_time_s=1e-9), str(tmp_path), log=lambda m: None, progress=False)
+    summary = train(micro(max_train_time_s=1e-9), str(tmp_path), **QUIET)
     assert summary["status"] == "time_limit" and summary["steps"] == 1
     assert (tmp_path / "summary.json").exists()
 
@@ -158,8 +153,7 @@ def test_skipping_zero_advantage_responses_gives_the_same_update(tmp_path, aggre
             micro(skip_zero_advantage=skip, aggregation=aggregation),
             str(tmp_path / str(skip)),
             reward_fn=parity_reward,  # varies within groups: minibatches mix zero and non-zero advantages
-            log=lambda m: None,
-            progress=False,
+            **QUIET,
         ).start()
         # Plain SGD: Adam would blow float noise on gradients that are exactly 0 in theory
         # (e.g. attention key biases) up to full-size steps and hide the comparison.
@@ -183,7 +177,7 @@ def test_constructing_a_trainer_trains_and_evaluates_nothing(tmp_path, monkeypat
     real_cold, real_eval = lifecycle_mod.get_cold_start, lifecycle_mod.held_out_eval
     monkeypatch.setattr(lifecycle_mod, "get_cold_start", lambda *a, **k: calls.append("cold start") or real_cold(*a, **k))
     monkeypatch.setattr(lifecycle_mod, "held_out_eval", lambda *a, **k: calls.append("eval") or real_eval(*a, **k))
-    t = Trainer(micro(max_steps=1), str(tmp_path / "run"), log=lambda m: None, progress=False)
+    t = Trainer(micro(max_steps=1), str(tmp_path / "run"), **QUIET)
     assert calls == [] and not (tmp_path / "run").exists() and len(t.splits["eval"]) == 16
     assert t.start() is t and t.start() is t
     assert calls == ["cold start", "eval"] and (tmp_path / "run" / "config.json").exists()
@@ -213,7 +207,7 @@ def test_gradient_comparison_is_called_by_the_loop_between_the_loss_and_the_step
     for name in ("minibatch_forward", "compare_gradients", "optimizer_step"):
         traced(name)
     t = trainer_mod.Trainer(micro(skip_zero_advantage=False, steps_per_generation=2, gradient_comparison_every=2),
-                            str(tmp_path), reward_fn=parity_reward, log=lambda m: None, progress=False)
+                            str(tmp_path), reward_fn=parity_reward, **QUIET)
     t.start()
     rows = []
     for _ in range(4):
