@@ -6,6 +6,7 @@ import pytest
 import sympy as sp
 import torch
 from _batches import random_batch as shared_random_batch
+from _micro import QUIET, parity_reward
 
 from sapo_lab import policy_loss
 from sapo_lab.objective.kernels import (
@@ -340,8 +341,7 @@ def test_micro_training_run_uses_the_new_kernel(tmp_path, monkeypatch, kind):
 
     monkeypatch.setattr(update_mod, "policy_loss", spy)
     cfg = micro(loss_type=kind, max_steps=2, sapo_temperature_pos=0.7, sapo_temperature_neg=1.9)
-    parity = lambda text, fin, p: (float(len(text) % 2), "wrong")  # noqa: E731  a reward with both signs
-    summary = trainer_mod.train(cfg, str(tmp_path), reward_fn=parity, log=lambda m: None, progress=False)
+    summary = trainer_mod.train(cfg, str(tmp_path), reward_fn=parity_reward, **QUIET)
     assert summary["loss_type"] == kind and summary["status"] == "completed"
     assert seen and all(s[:3] == (kind, 0.7, 1.9) for s in seen)
     assert all(s[3]["loss_type"] == kind and "signal_removed_frac_pos_above" in s[3] for s in seen)

@@ -7,7 +7,7 @@ import os
 import pathlib
 
 import pytest
-from _micro import micro
+from _micro import QUIET, micro
 
 import sapo_lab.training.durable as durable
 from sapo_lab.training.run_folder import (
@@ -85,7 +85,7 @@ def test_every_file_of_a_run_is_fsynced(tmp_path, monkeypatch):
 
     seen = _fsynced(monkeypatch)
     run = tmp_path / "run"
-    train(micro(max_steps=2), str(run), log=lambda m: None, progress=False)
+    train(micro(max_steps=2), str(run), **QUIET)
     folder = RunFolder(str(run))
     for path in (folder.config, folder.cold_start_eval, folder.summary):
         assert path + ".tmp" in seen, path

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from _micro import micro
+from _micro import QUIET, micro
 
 import sapo_lab.training.rollout as rollout_mod
 from sapo_lab.studies.per_family import breakdown, score_problems
@@ -103,7 +103,7 @@ def test_selected_final_checkpoint_reproduces_the_runs_final_evaluation(tmp_path
     monkeypatch.setattr(AdditionTask, "verify", lambda self, text, finished, problem: OddLength().verify(text, finished, problem))
     cfg = micro(max_steps=2, eval_temperature=0.8)
     run = str(tmp_path / "run")
-    summary = train(cfg, run, log=lambda m: None, progress=False)
+    summary = train(cfg, run, **QUIET)
     assert 0 < summary["final_pass1"] < 1
     choice = evaluate_selected(run, cfg, {"by": "final"}, num_samples=cfg.evaluation.num_samples)
     assert choice["step"] == 2

@@ -4,7 +4,7 @@ Each test names the mistake it catches."""
 
 import pytest
 import torch
-from _micro import micro
+from _micro import QUIET, micro
 
 import sapo_lab.training.cold_start as cold_start_mod
 import sapo_lab.training.evaluation as evaluation_mod
@@ -57,7 +57,7 @@ def _streams(tmp_path, seed, monkeypatch):
     monkeypatch.setattr(cold_start_mod, "evaluate", cold_start_evaluate)
     monkeypatch.setattr(cold_start_mod, "load_model_and_tokenizer", load)
     monkeypatch.setattr(cold_start_mod, "sft_batch", sft_batch)
-    t = Trainer(micro(seed=seed, max_steps=2), str(tmp_path / f"seed{seed}"), log=lambda m: None, progress=False)
+    t = Trainer(micro(seed=seed, max_steps=2), str(tmp_path / f"seed{seed}"), **QUIET)
     t.train()
     used.update({name: [g.initial_seed()] for name, g in t.generators.items()})
     used["torch global"] = [torch.initial_seed()]
