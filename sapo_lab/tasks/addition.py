@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .base import Problem, register_task
+from .base import Problem, digit_verdict, register_task, split_eval_first
 
 
 def count_carries(a: int, b: int) -> int:
@@ -88,24 +88,12 @@ def make_splits(
             continue
         seen.add((a, b))
         problems.append(make_problem(a, b, max_digits))
-    # Eval first, so that changing num_train never changes the untouched evaluation set.
-    return {
-        "eval": problems[:num_eval],
-        "dev": problems[num_eval : num_eval + num_dev],
-        "train": problems[num_eval + num_dev :],
-    }
+    return split_eval_first(problems, num_dev, num_eval)
 
 
 def verify(completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
     """The addition verifier: (reward, reason) for one completion. ``finished``: EOS was produced in time."""
-    if not finished:
-        return 0.0, "truncated"
-    answer = completion_text.strip()
-    if not answer or not answer.isdigit() or not answer.isascii():
-        return 0.0, "invalid"
-    if answer == problem.answer:
-        return 1.0, "correct"
-    return 0.0, "wrong"
+    return digit_verdict(completion_text, finished, problem.answer)
 
 
 @register_task("addition")

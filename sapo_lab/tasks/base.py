@@ -169,3 +169,23 @@ def family_of(task: Task, problem: Problem) -> str:
 def family_weights(task: Task) -> dict[str, float]:
     """The declared weight of each family: a mix's ``weights``, else ``{task.name: 1.0}``."""
     return dict(task.weights) if hasattr(task, "weights") else {task.name: 1.0}
+
+
+def split_eval_first(problems: list[Problem], num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
+    """``eval``, then ``dev``, then ``train`` from one drawn list: changing ``num_train`` never changes the
+    untouched evaluation set."""
+    return {
+        "eval": problems[:num_eval],
+        "dev": problems[num_eval : num_eval + num_dev],
+        "train": problems[num_eval + num_dev :],
+    }
+
+
+def digit_verdict(completion_text: str, finished: bool, canonical: str) -> tuple[float, str]:
+    """Verifier rules 1-4 for answers that are a string of ASCII digits: truncated, invalid, correct or wrong."""
+    if not finished:
+        return 0.0, "truncated"
+    answer = completion_text.strip()
+    if not answer or not answer.isascii() or not answer.isdigit():
+        return 0.0, "invalid"
+    return (1.0, "correct") if answer == canonical else (0.0, "wrong")

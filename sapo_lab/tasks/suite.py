@@ -47,7 +47,7 @@ import re
 
 from . import addition
 from .addition import count_carries, reversed_sum
-from .base import Problem, register_task
+from .base import Problem, digit_verdict, register_task, split_eval_first
 
 REASONS = ("correct", "wrong", "invalid", "truncated", "wrong_trace", "carry_dropped")
 DIGITS = "0123456789"
@@ -57,25 +57,6 @@ def _check_sizes(num_train: int, num_dev: int, num_eval: int) -> None:
     for name, n in (("num_train", num_train), ("num_dev", num_dev), ("num_eval", num_eval)):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
-
-
-def _split(problems: list[Problem], num_dev: int, num_eval: int) -> dict[str, list[Problem]]:
-    # Eval first, so that changing num_train never changes the untouched evaluation set.
-    return {
-        "eval": problems[:num_eval],
-        "dev": problems[num_eval : num_eval + num_dev],
-        "train": problems[num_eval + num_dev :],
-    }
-
-
-def _digit_verdict(completion_text: str, finished: bool, canonical: str) -> tuple[float, str]:
-    """Rules 1-4 for answers that are a string of ASCII digits."""
-    if not finished:
-        return 0.0, "truncated"
-    answer = completion_text.strip()
-    if not answer or not answer.isascii() or not answer.isdigit():
-        return 0.0, "invalid"
-    return (1.0, "correct") if answer == canonical else (0.0, "wrong")
 
 
 def _operand_range(min_digits: int, max_digits: int, limit: int = 9) -> tuple[int, int]:
@@ -141,11 +122,11 @@ class Subtraction:
             if key not in seen:
                 seen.add(key)
                 problems.append(self.problem(*key))
-        return _split(problems, num_dev, num_eval)
+        return split_eval_first(problems, num_dev, num_eval)
 
     def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
         """Digits only; exactly ``max_digits`` reversed digits is correct."""
-        return _digit_verdict(completion_text, finished, problem.answer)
+        return digit_verdict(completion_text, finished, problem.answer)
 
 
 class _DigitStringTask:
@@ -200,11 +181,11 @@ class _DigitStringTask:
             if digits not in seen:
                 seen.add(digits)
                 problems.append(self.problem(digits))
-        return _split(problems, num_dev, num_eval)
+        return split_eval_first(problems, num_dev, num_eval)
 
     def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
         """Digits only; exactly the canonical string is correct."""
-        return _digit_verdict(completion_text, finished, problem.answer)
+        return digit_verdict(completion_text, finished, problem.answer)
 
 
 class DigitSort(_DigitStringTask):
@@ -288,7 +269,7 @@ class ScratchpadAddition:
             if key not in seen:
                 seen.add(key)
                 problems.append(self.problem(*key))
-        return _split(problems, num_dev, num_eval)
+        return split_eval_first(problems, num_dev, num_eval)
 
     def verify(self, completion_text: str, finished: bool, problem: Problem) -> tuple[float, str]:
         """Rules 1-4; the format is ``TRACE=ANSWER`` with digits and commas in the trace."""
@@ -360,7 +341,7 @@ class CarryDroppedColdStart:
         """Rules 1-4 against the true sum recomputed from the prompt; ``carry_dropped`` names the flaw."""
         a, b = self._operands(problem.prompt)
         truth = reversed_sum(a, b, self.max_digits)
-        reward, reason = _digit_verdict(completion_text, finished, truth)
+        reward, reason = digit_verdict(completion_text, finished, truth)
         if reason == "wrong" and count_carries(a, b) > 0 and completion_text.strip() == carry_free_sum(a, b, self.max_digits):
             return 0.0, "carry_dropped"
         return reward, reason
