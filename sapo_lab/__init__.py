@@ -7,6 +7,7 @@ their paired analysis), ``integrations`` (TRL), ``conformance`` (auditing other
 frameworks' SAPO), ``viz`` (the book's figures) and ``cli`` on top.
 """
 
+from ._lazy import lazy_names
 from ._version import __version__
 
 # Every name is resolved on first use (PEP 562): the loss library imports torch and the
@@ -33,14 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'sapo_lab' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
 

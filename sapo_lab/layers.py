@@ -7,12 +7,13 @@ folders through the one ``metrics.jsonl`` reader (:mod:`sapo_lab.training.run_fo
 leaves in ``SHARED`` (errors, the version) may be imported by every layer.
 """
 
-SHARED = {"errors", "_version", "layers"}
+SHARED = {"errors", "_version", "_lazy", "layers"}
 
 # layer -> the sapo_lab layers it may import (besides itself)
 ALLOWED = {
     "errors": set(),
     "_version": set(),
+    "_lazy": set(),
     "layers": set(),
     "objective": set(),
     "tasks": set(),

@@ -9,6 +9,8 @@ write a run's record and the study's table, :mod:`.environment` records the mach
 reading results, loads no transformers: the names below resolve on first use.
 """
 
+from .._lazy import lazy_names
+
 # Resolved on first use (PEP 562), so that reading results (``sapo_lab.studies.results``,
 # ``.paired``, ``.analysis``) does not load transformers with the runner.
 _LAZY = {
@@ -23,14 +25,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __all__ = [
