@@ -81,7 +81,7 @@ def test_the_default_presets_values_are_shown_where_they_differ(capsys):
 def test_a_field_added_to_the_tree_reaches_the_help(tmp_path):
     # catches a reader that lists known keys instead of reading the declared tree
     source = open(CONFIG_SOURCE).read()
-    anchor = '    max_log_ratio: float = 20.0'
+    anchor = '    max_log_ratio: '  # the field's line, whatever its type
     assert source.count(anchor) == 1
     planted = tmp_path / "config.py"
     planted.write_text(source.replace(anchor, "    new_knob: int = 7  # a planted knob, in units of knobs\n" + anchor))

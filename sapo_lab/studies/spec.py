@@ -37,9 +37,10 @@ The collapse criteria are described in :mod:`sapo_lab.studies.verdicts`.
 
 from __future__ import annotations
 
-import json
-import os
 import re
+
+from ..training.json_object import read_json_object
+from ..training.metric_names import canonical
 
 STUDY_KEYS = {
     "name",
@@ -63,24 +64,20 @@ BUDGET_KEYS = {"max_steps": "optimization.max_steps", "max_train_time_s": "max_t
 COLLAPSE_KINDS = ("drop_from_best", "below", "above")
 
 
+def _check_keys(obj: dict, what: str, known: set, owner: str, required: tuple) -> None:
+    """Refuse the first key of ``obj`` that is not ``known`` (a ``what`` key), then the first ``required`` one it lacks."""
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} key {unknown[0]!r}; known: {sorted(known)}")
+    for key in required:
+        if key not in obj:
+            raise ValueError(f"{owner} must declare {key!r}")
+
 
 def load_declaration(path: str) -> dict:
     """The study declaration at ``path``, checked; unknown keys and bad values are one-line errors."""
-    if not os.path.isfile(path):
-        raise ValueError(f"study file {path!r} does not exist")
-    try:
-        with open(path) as f:
-            study = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"study file {path!r} is not valid JSON: {exc}") from None
-    if not isinstance(study, dict):
-        raise ValueError(f"study file {path!r} must hold a JSON object")
-    unknown = sorted(set(study) - STUDY_KEYS)
-    if unknown:
-        raise ValueError(f"unknown study key {unknown[0]!r}; known: {sorted(STUDY_KEYS)}")
-    for key in ("name", "methods", "seeds", "budget", "collapse"):
-        if key not in study:
-            raise ValueError(f"study {path!r} must declare {key!r}")
+    study = read_json_object(path, "study file")
+    _check_keys(study, "study", STUDY_KEYS, f"study {path!r}", ("name", "methods", "seeds", "budget", "collapse"))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(study["name"])):
         raise ValueError(f"study name {study['name']!r} must be letters, digits, '_', '.', '-'")
     study.setdefault("preset", "cpu-tiny")
@@ -129,12 +126,7 @@ def _check_analysis(plan, study: dict) -> None:
     """The analysis block names known methods, one declared test, and says when it was declared."""
     if not isinstance(plan, dict):
         raise ValueError("study 'analysis' must be an object")
-    unknown = sorted(set(plan) - ANALYSIS_KEYS)
-    if unknown:
-        raise ValueError(f"unknown analysis key {unknown[0]!r}; known: {sorted(ANALYSIS_KEYS)}")
-    for key in ("declared", "declared_utc", "endpoint", "alpha", "tests"):
-        if key not in plan:
-            raise ValueError(f"study 'analysis' must give {key!r}")
+    _check_keys(plan, "analysis", ANALYSIS_KEYS, "study 'analysis'", ("declared", "declared_utc", "endpoint", "alpha", "tests"))
     if plan["declared"] not in DECLARED:
         raise ValueError(f"analysis 'declared' must be one of {DECLARED}, got {plan['declared']!r}")
     endpoint = plan["endpoint"]
@@ -185,6 +177,7 @@ def _check_collapse(criteria) -> None:
             raise ValueError(f"collapse criterion {c!r} needs a numeric {need!r}")
         if not isinstance(c.get("patience", 1), int) or c.get("patience", 1) < 1:
             raise ValueError(f"collapse criterion {c!r}: patience must be an integer >= 1")
+        canonical(c["metric"])  # a metric no row has would never fire
 
 
 def grid_leaf(key: str) -> str:

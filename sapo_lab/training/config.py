@@ -7,7 +7,15 @@ Field names follow TRL's ``GRPOConfig`` where it has an equivalent (``loss_type`
 ``max_grad_norm``, ``lr_scheduler_type``, ``warmup_steps``, ``max_steps``,
 ``save_steps``). ``sapo_temperature_pos/neg`` are the review's tau_pos / tau_neg.
 
-Unknown keys and bad values raise ``ValueError`` naming the offending key.
+The sections are pydantic dataclasses: each field's type and bound is declared on its line,
+and pydantic coerces and checks the values (:mod:`sapo_lab.training.config_values` holds the
+types and the one-line messages). They stay plain dataclasses to the rest of the package:
+attribute access, assignment without re-validation (a run's config is fixed once loaded; code
+that adjusts one, such as a benchmark, sets plain values), ``dataclasses.asdict`` and
+equality. What no library gives is here: a preset or a JSON file as the base, dotted or
+unique-leaf override keys, and the rules that relate several keys.
+
+Unknown keys and bad values raise a one-line ``ValueError`` naming the offending key.
 """
 
 from __future__ import annotations
@@ -15,93 +23,123 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 
 from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..objective.masks import AGGREGATIONS
-from ..objective.registry import KERNELS, LOSS_TYPES, kernel_for, resolved_level
+from ..objective.registry import LOSS_TYPES, kernel_for, resolved_level
 from ..tasks import make_task
+from .config_values import Float, Int, IntList, Mapping, RuleBroken, nullable, one_line, one_of
 from .durable import write_json
+from .json_object import read_json_object
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
+# A misspelt key is refused, never ignored.
+_SECTION = ConfigDict(extra="forbid")
 
 
-@dataclass
+def _device(value: str) -> str:
+    if value in ("auto", "cpu") or value.startswith("cuda"):
+        return value
+    raise ValueError("must be 'auto', 'cpu' or 'cuda[:N]'")
+
+
+# The keys whose values are names from a fixed list, and the device.
+LossType = Annotated[str, one_of(LOSS_TYPES)]
+Level = nullable(Annotated[str, one_of(IMPORTANCE_SAMPLING_LEVELS)])
+Schedule = Annotated[str, one_of(LR_SCHEDULES)]
+Pooling = Annotated[str, one_of(AGGREGATIONS)]
+RatioPolicy = Annotated[str, one_of(MAX_LOG_RATIO_POLICIES)]
+Device = Annotated[str, AfterValidator(_device)]
+Fraction = Annotated[Float, Field(ge=0, le=1)]
+
+
+@dataclass(config=_SECTION)
 class ModelConfig:
     """The policy to start from."""
 
     name_or_path: str = "cpu-tiny"  # a size in sapo_lab.training.model.MODEL_SIZES, a directory, or a hub name
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class TaskConfig:
     """Which task (see :mod:`sapo_lab.tasks`) and how many problems each frozen split holds."""
 
     name: str = "addition"  # a registered task name, or an import path "my_module:MyTask"
-    options: dict = field(default_factory=dict)  # the task's constructor keyword arguments
-    split_seed: int = 0  # the splits are frozen: independent of the run's seed
-    num_train: int = 8000  # training prompts drawn for rollouts
-    num_dev: int = 256  # development prompts: dev Pass@1 during training, checkpoint selection
-    num_eval: int = 512  # untouched evaluation prompts: reported Pass@1 only
+    options: Mapping = field(default_factory=dict)  # the task's constructor keyword arguments
+    split_seed: Int = 0  # the splits are frozen: independent of the run's seed
+    num_train: Annotated[Int, Field(ge=1)] = 8000  # training prompts drawn for rollouts
+    num_dev: Annotated[Int, Field(ge=1)] = 256  # development prompts: dev Pass@1 during training, checkpoint selection
+    num_eval: Annotated[Int, Field(ge=1)] = 512  # untouched evaluation prompts: reported Pass@1 only
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class ColdStartConfig:
     """Supervised warm start, stopped once sampled dev Pass@1 reaches ``target_pass1``."""
 
-    max_updates: int = 3000  # 0 skips the cold start (e.g. for an already fine-tuned --model)
-    batch_size: int = 64  # SFT examples per update
-    sft_learning_rate: float = 2e-3  # AdamW learning rate of the warm start
-    target_pass1: float = 0.3  # stop once sampled dev Pass@1 reaches this (rewards must not be all 0)
-    eval_every: int = 20  # SFT updates between dev measurements
+    max_updates: Annotated[Int, Field(ge=0)] = 3000  # 0 skips the cold start (e.g. for an already fine-tuned --model)
+    batch_size: Annotated[Int, Field(ge=1)] = 64  # SFT examples per update
+    sft_learning_rate: Annotated[Float, Field(gt=0)] = 2e-3  # AdamW learning rate of the warm start
+    target_pass1: Fraction = 0.3  # stop once sampled dev Pass@1 reaches this (rewards must not be all 0)
+    eval_every: Annotated[Int, Field(ge=1)] = 20  # SFT updates between dev measurements
     cache_dir: str = "runs/_coldstart"  # "" disables the cache
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class RolloutConfig:
     """Sampling of each rollout batch (Algorithm 1)."""
 
-    prompts_per_rollout: int = 32  # prompts per rollout batch; responses = this * num_generations
-    num_generations: int = 8  # G, responses per prompt
-    max_completion_length: int = 5  # the addition answer is max_digits + 1 digits, then EOS
-    temperature: float = 1.0  # sampling temperature of the rollouts (the behavior policy)
+    prompts_per_rollout: Annotated[Int, Field(ge=1)] = 32  # prompts per rollout batch; responses = this * num_generations
+    num_generations: Annotated[Int, Field(ge=2)] = 8  # G, responses per prompt
+    max_completion_length: Annotated[Int, Field(ge=1)] = 5  # the addition answer is max_digits + 1 digits, then EOS
+    temperature: Annotated[Float, Field(gt=0)] = 1.0  # sampling temperature of the rollouts (the behavior policy)
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class OptimizationConfig:
     """The K minibatch updates per rollout batch (Algorithm 2) and the optimizer."""
 
-    max_steps: int = 600  # rollout steps; each makes steps_per_generation optimizer steps
-    steps_per_generation: int = 4  # K update minibatches per rollout batch (the paper's 4)
-    learning_rate: float = 2e-4  # AdamW peak learning rate
-    lr_scheduler_type: str = "constant_with_warmup"  # one of LR_SCHEDULES
-    warmup_steps: int = 10  # optimizer steps
-    weight_decay: float = 0.0  # AdamW decoupled weight decay
-    adam_beta1: float = 0.9  # AdamW first-moment decay
-    adam_beta2: float = 0.99  # AdamW second-moment decay
-    max_grad_norm: float = 1.0  # 0 disables clipping (the norm is still logged)
-    beta: float = 0.0  # KL coefficient to the cold-start reference; 0 = off, no reference kept
+    max_steps: Annotated[Int, Field(ge=0)] = 600  # rollout steps; each makes steps_per_generation optimizer steps
+    steps_per_generation: Int = 4  # K update minibatches per rollout batch (the paper's 4)
+    learning_rate: Annotated[Float, Field(gt=0)] = 2e-4  # AdamW peak learning rate
+    lr_scheduler_type: Schedule = "constant_with_warmup"  # one of LR_SCHEDULES
+    warmup_steps: Annotated[Int, Field(ge=0)] = 10  # optimizer steps
+    weight_decay: Annotated[Float, Field(ge=0)] = 0.0  # AdamW decoupled weight decay
+    adam_beta1: Annotated[Float, Field(ge=0, lt=1)] = 0.9  # AdamW first-moment decay
+    adam_beta2: Annotated[Float, Field(ge=0, lt=1)] = 0.99  # AdamW second-moment decay
+    max_grad_norm: Annotated[Float, Field(ge=0)] = 1.0  # 0 disables clipping (the norm is still logged)
+    beta: Annotated[Float, Field(ge=0)] = 0.0  # KL coefficient to the cold-start reference; 0 = off, no reference kept
     # Responses with advantage 0 contribute exactly nothing to the policy gradient, so (when
     # beta = 0) they are left out of the forward/backward and the loss is rescaled to the full
     # minibatch's normalisation: the same update for less compute.
     skip_zero_advantage: bool = True
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class LossConfig:
     """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
 
-    loss_type: str = "sapo"  # a kernel of sapo_lab.objective.registry (sapo, grpo, gspo, sapo_directional, gauss)
-    sapo_temperature_pos: float = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
-    sapo_temperature_neg: float = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
-    epsilon: float = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
-    epsilon_high: float | None = None  # None: same as epsilon
-    importance_sampling_level: str | None = None  # None: the kernel's default (sequence for gspo, token otherwise)
-    aggregation: str = "per_response"  # one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)
-    max_log_ratio: float = 20.0  # |log r| above this counts as extreme staleness
-    max_log_ratio_policy: str = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
+    loss_type: LossType = "sapo"  # a kernel of sapo_lab.objective.registry (sapo, grpo, gspo, sapo_directional, gauss)
+    sapo_temperature_pos: Annotated[Float, Field(gt=0)] = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
+    sapo_temperature_neg: Annotated[Float, Field(gt=0)] = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
+    epsilon: Annotated[Float, Field(gt=0, lt=1)] = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
+    epsilon_high: nullable(Annotated[Float, Field(gt=0)]) = None  # None: same as epsilon
+    importance_sampling_level: Level = None  # None: the kernel's default (sequence for gspo, token otherwise)
+    aggregation: Pooling = "per_response"  # one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)
+    max_log_ratio: Annotated[Float, Field(gt=0)] = 20.0  # |log r| above this counts as extreme staleness
+    max_log_ratio_policy: RatioPolicy = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
+
+    @model_validator(mode="after")
+    def _level_fits_the_kernel(self):
+        problem = kernel_for(self.loss_type).level_error(self.importance_sampling_level)
+        if problem:
+            raise RuleBroken("importance_sampling_level", self.importance_sampling_level, problem)
+        return self
 
     def resolved_importance_sampling_level(self) -> str:
         """The level ``policy_loss`` uses: the configured one, else the kernel's default."""
@@ -122,23 +160,29 @@ class LossConfig:
         }
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class EvaluationConfig:
     """Held-out evaluation and the per-step dev measurement."""
 
-    dev_every: int = 10  # rollout steps between dev-subset Pass@1 measurements
-    dev_prompts: int = 128  # dev prompts per dev measurement (one sample each)
-    num_samples: int = 4  # n samples per held-out prompt for Pass@1 / pass@k
-    pass_k: tuple[int, ...] = (1, 4)  # the k of the reported pass@k estimates (each <= num_samples)
-    eval_temperature: float | None = None  # None: the rollout temperature
+    dev_every: Annotated[Int, Field(ge=1)] = 10  # rollout steps between dev-subset Pass@1 measurements
+    dev_prompts: Annotated[Int, Field(ge=1)] = 128  # dev prompts per dev measurement (one sample each)
+    num_samples: Annotated[Int, Field(ge=1)] = 4  # n samples per held-out prompt for Pass@1 / pass@k
+    pass_k: IntList = (1, 4)  # the k of the reported pass@k estimates (each <= num_samples)
+    eval_temperature: nullable(Annotated[Float, Field(ge=0)]) = None  # None: the rollout temperature
     greedy: bool = True  # held-out evaluation also reports greedy-decoding accuracy
     # Every this many rollout steps, the step's last (stalest) minibatch also computes the
     # token- and sequence-level gradients and their §9 decomposition (diagnostics.py): about
     # five extra backward passes, no change to the update or to any random stream. 0 = off.
-    gradient_comparison_every: int = 10
+    gradient_comparison_every: Annotated[Int, Field(ge=0)] = 10
+
+    @model_validator(mode="after")
+    def _each_k_fits_the_samples(self):
+        if not self.pass_k or not all(1 <= k <= self.num_samples for k in self.pass_k):
+            raise RuleBroken("pass_k", self.pass_k, f"each k must be in [1, num_samples={self.num_samples}]")
+        return self
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class TrainConfig:
     """Everything that decides a run; saved as the run's ``config.json``."""
 
@@ -149,11 +193,19 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: int = 0  # model init, cold start, sampling and minibatch order
-    device: str = "auto"  # "auto" = cuda if available, else cpu
-    save_steps: int = 50  # checkpoint every N rollout steps (and on Ctrl-C)
-    max_train_time_s: float = 0.0  # stop training after this wall time; 0 = no limit
-    threads: int = 0  # torch CPU threads; 0 = torch's default
+    seed: Int = 0  # model init, cold start, sampling and minibatch order
+    device: Device = "auto"  # "auto" = cuda if available, else cpu
+    save_steps: Annotated[Int, Field(ge=1)] = 50  # checkpoint every N rollout steps (and on Ctrl-C)
+    max_train_time_s: Annotated[Float, Field(ge=0)] = 0.0  # stop training after this wall time; 0 = no limit
+    threads: Annotated[Int, Field(ge=0)] = 0  # torch CPU threads; 0 = torch's default
+
+    @model_validator(mode="after")
+    def _minibatches_fit_the_rollout(self):
+        n = self.rollout.prompts_per_rollout * self.rollout.num_generations
+        k = self.optimization.steps_per_generation
+        if not 1 <= k <= n:
+            raise RuleBroken("optimization.steps_per_generation", k, f"must be in [1, responses per rollout = {n}]")
+        return self
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (what ``config.json`` holds)."""
@@ -193,101 +245,30 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# ---------------------------------------------------------------- parsing
+
+_TREE = TypeAdapter(TrainConfig)
 
 
-def _unwrap_optional(tp):
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return tp, False
+def _section(path: tuple) -> type:
+    cls = TrainConfig
+    for name in path:
+        cls = typing.get_type_hints(cls)[name]
+    return cls
 
 
-def _coerce(value, tp, key: str):
-    base, optional = _unwrap_optional(tp)
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and optional):
-        if optional:
-            return None
-        raise ValueError(f"config key {key!r} cannot be null")
-    if typing.get_origin(base) is tuple:
-        if isinstance(value, str):
-            value = [v for v in value.replace(",", " ").split() if v]
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"config key {key!r} must be a list, got {value!r}")
-        (elem, *_) = typing.get_args(base)
-        return tuple(_coerce(v, elem, key) for v in value)
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ValueError(f"config key {key!r} must be true or false, got {value!r}")
-    if base is int:
-        if isinstance(value, bool):
-            raise ValueError(f"config key {key!r} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        raise ValueError(f"config key {key!r} must be an integer, got {value!r}")
-    if base is float:
-        if isinstance(value, bool):
-            raise ValueError(f"config key {key!r} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"config key {key!r} must be a number, got {value!r}") from None
-    if base is dict:  # task options: a mapping, or JSON text from the command line
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise ValueError(f"config key {key!r} must be a JSON object, got {value!r}") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"config key {key!r} must be a mapping, got {value!r}")
-        return dict(value)
-    if base is str:
-        if not isinstance(value, str):
-            raise ValueError(f"config key {key!r} must be a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {tp} for {key!r}")
+def _known_keys(path: tuple) -> list[str]:
+    return [f.name for f in dataclasses.fields(_section(path))]
 
 
-def _build(cls, data: dict, prefix: str = ""):
-    if not isinstance(data, dict):
-        raise ValueError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"unknown config key {prefix + unknown[0]!r}; known keys here: {sorted(names)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[f.name] = _build(tp, data[f.name], prefix + f.name + ".")
-        else:
-            kwargs[f.name] = _coerce(data[f.name], tp, prefix + f.name)
-    return cls(**kwargs)
-
-
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+def _validated(data) -> TrainConfig:
+    """The config pydantic builds from ``data``, its first problem as a one-line ``ValueError``; then the task is
+    built once to check its name and options (its errors name ``task.name`` / ``task.options``)."""
+    try:
+        cfg = _TREE.validate_python(data)
+    except ValidationError as exc:
+        raise ValueError(one_line(exc.errors(include_url=False)[0], _known_keys)) from None
+    make_task(cfg.task.name, cfg.task.options)
+    return cfg
 
 
 def leaf_keys(cls=TrainConfig, prefix: str = "") -> list[str]:
@@ -316,6 +297,16 @@ def resolve_key(key: str) -> str:
     raise ValueError(f"unknown config key {key!r}")
 
 
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
 def _nest(dotted: str, value) -> dict:
     out: dict = {}
     cur = out
@@ -324,33 +315,6 @@ def _nest(dotted: str, value) -> dict:
         cur = cur.setdefault(p, {})
     cur[parts[-1]] = value
     return out
-
-
-def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None) -> TrainConfig:
-    """A validated config from a preset name or a JSON file, then ``overrides``.
-
-    ``overrides`` maps dotted or unique leaf keys to values (strings are parsed).
-    """
-    if preset_or_file in PRESETS:
-        data = PRESETS[preset_or_file]
-    elif preset_or_file.endswith(".json") or os.path.exists(preset_or_file):
-        if not os.path.isfile(preset_or_file):
-            raise ValueError(f"config file {preset_or_file!r} does not exist")
-        try:
-            with open(preset_or_file) as f:
-                data = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config file {preset_or_file!r} is not valid JSON: {exc}") from None
-    else:
-        raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
-    for key, value in (overrides or {}).items():
-        if key.replace("-", "_").startswith("task.options."):  # one task option: --task.options.max_digits 3
-            data = _merge(data, _nest(key.replace("-", "_"), _parse_option(value)))
-        else:
-            data = _merge(data, _nest(resolve_key(key), value))
-    cfg = _build(TrainConfig, data)
-    validate(cfg)
-    return cfg
 
 
 def _parse_option(value):
@@ -363,83 +327,30 @@ def _parse_option(value):
         return value
 
 
+def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None) -> TrainConfig:
+    """A validated config from a preset name or a JSON file, then ``overrides``.
+
+    ``overrides`` maps dotted or unique leaf keys to values (strings are parsed).
+    """
+    if preset_or_file in PRESETS:
+        data = PRESETS[preset_or_file]
+    elif preset_or_file.endswith(".json") or os.path.exists(preset_or_file):
+        data = read_json_object(preset_or_file, "config file")
+    else:
+        raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
+    for key, value in (overrides or {}).items():
+        if key.replace("-", "_").startswith("task.options."):  # one task option: --task.options.max_digits 3
+            data = _merge(data, _nest(key.replace("-", "_"), _parse_option(value)))
+        else:
+            data = _merge(data, _nest(resolve_key(key), value))
+    return _validated(data)
+
+
 def config_from_dict(data: dict) -> TrainConfig:
     """A validated config from the plain dict that ``to_dict`` (and ``config.json``) hold."""
-    cfg = _build(TrainConfig, data)
-    validate(cfg)
-    return cfg
-
-
-def _require(cond: bool, key: str, value, rule: str) -> None:
-    if not cond:
-        raise ValueError(f"config key {key!r} = {value!r} is invalid: {rule}")
-
-
-def _get(cfg, dotted: str):
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
-# One rule per row: (dotted key, test of its value, what the rule says). Rules that relate
-# several keys follow in validate().
-_RULES = [
-    ("task.num_train", lambda v: v >= 1, "must be >= 1"),
-    ("task.num_dev", lambda v: v >= 1, "must be >= 1"),
-    ("task.num_eval", lambda v: v >= 1, "must be >= 1"),
-    ("cold_start.max_updates", lambda v: v >= 0, "must be >= 0"),
-    ("cold_start.batch_size", lambda v: v >= 1, "must be >= 1"),
-    ("cold_start.sft_learning_rate", lambda v: v > 0, "must be > 0"),
-    ("cold_start.target_pass1", lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    ("cold_start.eval_every", lambda v: v >= 1, "must be >= 1"),
-    ("rollout.prompts_per_rollout", lambda v: v >= 1, "must be >= 1"),
-    ("rollout.num_generations", lambda v: v >= 2, "group advantages need >= 2"),
-    ("rollout.max_completion_length", lambda v: v >= 1, "must be >= 1"),
-    ("rollout.temperature", lambda v: v > 0, "must be > 0 (sampling, not greedy)"),
-    ("optimization.max_steps", lambda v: v >= 0, "must be >= 0"),
-    ("optimization.learning_rate", lambda v: v > 0, "must be > 0"),
-    ("optimization.lr_scheduler_type", lambda v: v in LR_SCHEDULES, f"must be one of {LR_SCHEDULES}"),
-    ("optimization.warmup_steps", lambda v: v >= 0, "must be >= 0"),
-    ("optimization.weight_decay", lambda v: v >= 0, "must be >= 0"),
-    ("optimization.adam_beta1", lambda v: 0 <= v < 1, "Adam betas must be in [0, 1)"),
-    ("optimization.adam_beta2", lambda v: 0 <= v < 1, "Adam betas must be in [0, 1)"),
-    ("optimization.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 = off)"),
-    ("optimization.beta", lambda v: v >= 0, "must be >= 0"),
-    ("loss.loss_type", lambda v: isinstance(v, str) and v in KERNELS, f"must be one of {LOSS_TYPES}"),
-    ("loss.sapo_temperature_pos", lambda v: v > 0, "must be > 0"),
-    ("loss.sapo_temperature_neg", lambda v: v > 0, "must be > 0"),
-    ("loss.epsilon", lambda v: 0 < v < 1, "must be in (0, 1)"),
-    ("loss.epsilon_high", lambda v: v is None or v > 0, "must be > 0"),
-    (
-        "loss.importance_sampling_level",
-        lambda v: v is None or v in IMPORTANCE_SAMPLING_LEVELS,
-        f"must be null or one of {IMPORTANCE_SAMPLING_LEVELS}",
-    ),
-    ("loss.aggregation", lambda v: v in AGGREGATIONS, f"must be one of {AGGREGATIONS}"),
-    ("loss.max_log_ratio", lambda v: v > 0, "must be > 0"),
-    ("loss.max_log_ratio_policy", lambda v: v in MAX_LOG_RATIO_POLICIES, f"must be one of {MAX_LOG_RATIO_POLICIES}"),
-    ("evaluation.dev_every", lambda v: v >= 1, "must be >= 1"),
-    ("evaluation.dev_prompts", lambda v: v >= 1, "must be >= 1"),
-    ("evaluation.num_samples", lambda v: v >= 1, "must be >= 1"),
-    ("evaluation.eval_temperature", lambda v: v is None or v >= 0, "must be >= 0"),
-    ("evaluation.gradient_comparison_every", lambda v: v >= 0, "must be >= 0 (0 = off)"),
-    ("device", lambda v: v in ("auto", "cpu") or v.startswith("cuda"), "must be 'auto', 'cpu' or 'cuda[:N]'"),
-    ("save_steps", lambda v: v >= 1, "must be >= 1"),
-    ("max_train_time_s", lambda v: v >= 0, "must be >= 0"),
-    ("threads", lambda v: v >= 0, "must be >= 0"),
-]
+    return _validated(data)
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Raise ``ValueError`` naming the first key whose value breaks a rule; build the task once to check it."""
-    for key, ok, rule in _RULES:
-        _require(ok(_get(cfg, key)), key, _get(cfg, key), rule)
-    r, o, lc, e = cfg.rollout, cfg.optimization, cfg.loss, cfg.evaluation
-    n = r.prompts_per_rollout * r.num_generations
-    _require(1 <= o.steps_per_generation <= n, "optimization.steps_per_generation", o.steps_per_generation,
-             f"must be in [1, responses per rollout = {n}]")
-    level_problem = kernel_for(lc.loss_type).level_error(lc.importance_sampling_level)
-    _require(level_problem is None, "loss.importance_sampling_level", lc.importance_sampling_level, str(level_problem))
-    _require(len(e.pass_k) >= 1 and all(1 <= k <= e.num_samples for k in e.pass_k), "evaluation.pass_k", e.pass_k,
-             f"each k must be in [1, num_samples={e.num_samples}]")
-    make_task(cfg.task.name, cfg.task.options)  # its errors name task.name / task.options
+    """Raise ``ValueError`` naming the first key whose value breaks a rule (after assignments, say)."""
+    _validated(cfg.to_dict())
