@@ -68,10 +68,10 @@ def main() -> int:
         with open(os.path.join(work, "run", "metrics.jsonl")) as f:
             rows = [json.loads(line) for line in f][args.warmup :]
     n_resp = cfg.rollout.prompts_per_rollout * cfg.rollout.num_generations
-    wall = sum(r["step_s"] for r in rows)
-    gen_tokens = sum(r["tokens_generated"] for r in rows)
+    wall = sum(r["time/step_s"] for r in rows)
+    gen_tokens = sum(r["rollout/tokens_generated"] for r in rows)
     # Teacher forcing runs on the padded prompt+response block of every response.
-    width = prompt_len + max(r["response_length_mean"] for r in rows)
+    width = prompt_len + max(r["rollout/response_length_mean"] for r in rows)
     train_tokens = len(rows) * n_resp * width
     sample_tokens = len(rows) * n_resp * prompt_len + gen_tokens
     flops = 2 * params * sample_tokens + 6 * params * train_tokens
@@ -82,7 +82,7 @@ def main() -> int:
     )
     print(f"rollout batches/s: {len(rows) / wall:.3f}  ({wall / len(rows):.3f} s each)")
     print(f"generated tokens/s: {gen_tokens / wall:,.0f}   trained tokens/s (prompt+response): {train_tokens / wall:,.0f}")
-    print(f"non-model time: {100 * sum(r['step_s'] * r['non_model_frac'] for r in rows) / wall:.1f}% of a step")
+    print(f"non-model time: {100 * sum(r['time/step_s'] * r['time/non_model_frac'] for r in rows) / wall:.1f}% of a step")
     print(f"mfu={mfu:.4f}")
     return 0
 

@@ -84,8 +84,8 @@ def bench_sapo_lab(cfg, steps: int, warmup: int, workdir: str, skip_zero_advanta
     with open(os.path.join(run, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f][warmup : warmup + steps]
     wall = timed_window(stamps, warmup, warmup + steps)
-    step_s = sum(r["step_s"] for r in rows)
-    model_s = sum(r["step_s"] * (1 - r["non_model_frac"]) for r in rows)
+    step_s = sum(r["time/step_s"] for r in rows)
+    model_s = sum(r["time/step_s"] * (1 - r["time/non_model_frac"]) for r in rows)
     return {
         "batches_per_s": steps / wall,
         "step_s": wall / steps,

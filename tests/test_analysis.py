@@ -80,7 +80,7 @@ def _fake_run(root, study, method, seed, final, dev, loss_type, metrics_seed=Non
     cfg = {**CONFIG, "seed": seed, "loss": {"loss_type": loss_type, **loss}}
     (d / "config.json").write_text(json.dumps(cfg))
     tag = seed if metrics_seed is None else metrics_seed
-    (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": final, "seed": tag, "elapsed_s": seed}) + "\n")
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "losses/loss": final, "seed": tag, "time/elapsed_s": seed}) + "\n")
     record = {"run_id": run_id, "method": method, "seed": seed, "grid": {}, "final_pass1": final,
               "selections": [{"by": "final", "step": 100, "dev_pass1": dev}]}
     (d / "study_record.json").write_text(json.dumps(record))

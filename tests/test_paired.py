@@ -107,10 +107,11 @@ def _run(tmp_path, name, rows):
 
 def test_trajectory_key_ignores_timings_only(tmp_path):
     # a copy of a run in another study differs only in timings: same key; any trained quantity differs: new key
-    rows = [{"step": 1, "loss": 0.25, "grad_norm": 1.5, "elapsed_s": 3.0, "step_s": 1.0, "dev_eval_s": 0.2}]
+    rows = [{"step": 1, "losses/loss": 0.25, "optim/grad_norm": 1.5,
+             "time/elapsed_s": 3.0, "time/step_s": 1.0, "time/dev_eval_s": 0.2}]
     a = _run(tmp_path, "a", rows)
-    b = _run(tmp_path, "b", [{**rows[0], "elapsed_s": 9.0, "step_s": 2.0, "dev_eval_s": 0.7}])
-    c = _run(tmp_path, "c", [{**rows[0], "loss": 0.2500001}])
+    b = _run(tmp_path, "b", [{**rows[0], "time/elapsed_s": 9.0, "time/step_s": 2.0, "time/dev_eval_s": 0.7}])
+    c = _run(tmp_path, "c", [{**rows[0], "losses/loss": 0.2500001}])
     assert P.trajectory_key(a) == P.trajectory_key(b) != P.trajectory_key(c)
     kept, dropped = P.distinct([a, b, c], P.trajectory_key)
     assert kept == [a, c] and dropped == [(a, b)]

@@ -9,7 +9,9 @@ from sapo_lab.viz.plots import curve_rows, plot_training_curves
 
 def test_training_curves_from_metrics_file(tmp_path):
     rows = [
-        {"step": s, "reward_mean": s / 10, "dev_pass1": None if s % 2 else s / 10, "entropy": 1 - s / 10} for s in range(1, 6)
+        {"step": s, "rollout/reward_mean": s / 10, "eval/dev_pass1": None if s % 2 else s / 10,
+         "rollout/entropy_mean": 1 - s / 10}
+        for s in range(1, 6)
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert curve_rows(str(tmp_path)) == rows
@@ -23,7 +25,7 @@ def test_curves_read_metrics_as_the_run_folder_does(tmp_path):
     row must be left out (as the study tables do), a damaged earlier row must be an error naming its line."""
     from sapo_lab.training.run_folder import RunDirError
 
-    rows = [{"step": s, "reward_mean": s / 10} for s in range(1, 4)]
+    rows = [{"step": s, "rollout/reward_mean": s / 10} for s in range(1, 4)]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     (tmp_path / "metrics.jsonl").write_text(text + '{"step": 4, "rewa')
     assert curve_rows(str(tmp_path)) == rows

@@ -73,7 +73,7 @@ def test_each_metrics_row_is_fsynced_when_appended(tmp_path, monkeypatch):
     folder.start_metrics()
     seen = _fsynced(monkeypatch)
     for step in (1, 2, 3):
-        folder.append_metrics({"step": step, "reward_mean": 0.5})
+        folder.append_metrics({"step": step, "rollout/reward_mean": 0.5})
     assert seen.count(folder.metrics) == 3
     assert [r["step"] for r in folder.read_metrics().rows] == [1, 2, 3]
 
@@ -128,7 +128,8 @@ def test_damage_before_the_last_line_is_an_error_naming_the_line(tmp_path, text,
 def test_truncation_keeps_the_prefix_byte_for_byte(tmp_path):
     """Catches: rewriting the kept rows through json (floats, key order or NaN could change on the way)."""
     folder = RunFolder(str(tmp_path))
-    rows = ['{"step": 1, "lr": 1e-05, "v": NaN}\n', '{"step": 2, "lr": 0.1}\n', '{"step": 3, "lr": 0.30000000000000004}\n']
+    rows = ['{"step": 1, "optim/lr": 1e-05, "v": NaN}\n', '{"step": 2, "optim/lr": 0.1}\n',
+            '{"step": 3, "optim/lr": 0.30000000000000004}\n']
     pathlib.Path(folder.metrics).write_text("".join(rows) + '{"step": 4, "l')
     messages = []
     folder.truncate_metrics(2, log=messages.append)

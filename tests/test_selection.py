@@ -25,7 +25,8 @@ def _rows():
     for step in range(1, 11):
         tokens += 300 if step == 5 else 100
         elapsed += 1.5 + (1.0 if step in DEV else 0.0)
-        rows.append({"step": step, "dev_pass1": DEV.get(step), "total_tokens_generated": tokens, "elapsed_s": elapsed})
+        rows.append({"step": step, "eval/dev_pass1": DEV.get(step), "counters/tokens_generated": tokens,
+                     "time/elapsed_s": elapsed})
     return rows
 
 

@@ -100,7 +100,7 @@ def test_tiny_study_interrupt_resume_and_skip(tmp_path, monkeypatch):
 
 def test_collapse_criteria():
     dev = [None, 0.4, None, 0.6, None, 0.25, None, 0.2, None, 0.5]
-    rows = [{"step": i + 1, "dev_pass1": d, "entropy": 1.0 - 0.1 * i} for i, d in enumerate(dev)]
+    rows = [{"step": i + 1, "eval/dev_pass1": d, "rollout/entropy_mean": 1.0 - 0.1 * i} for i, d in enumerate(dev)]
     drop = {"metric": "dev_pass1", "kind": "drop_from_best", "fraction": 0.5}
     assert collapse_verdict(rows, [drop])["step"] == 6  # 0.25 < 0.5 * 0.6
     assert collapse_verdict(rows, [{**drop, "patience": 2}])["step"] == 8  # two consecutive evaluations

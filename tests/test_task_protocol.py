@@ -45,7 +45,7 @@ def test_a_task_defined_in_a_test_file_trains_three_steps(tmp_path):
     rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert summary["steps"] == 3 and summary["task"] == "test_task_protocol:EchoTask"
     # Every verdict is EchoTask's: the addition verifier would call letters "invalid".
-    assert set().union(*(r["reasons"] for r in rows)) <= {"correct", "echo-wrong", "truncated"}
+    assert set().union(*(r["rollout/reasons"] for r in rows)) <= {"correct", "echo-wrong", "truncated"}
     assert set(summary["final_eval"]["reasons"]) <= {"correct", "echo-wrong", "truncated"}
     from sapo_lab.training.model import load_model_and_tokenizer
 
@@ -64,7 +64,7 @@ def test_registered_name_options_and_reward_fn_reach_the_run(tmp_path):
     t = Trainer(micro(**{**ECHO, "task.name": "echo-test", "max_steps": 1}), str(tmp_path), reward_fn=reward, **QUIET)
     assert t.task == EchoTask(length=3) and all(len(p.prompt) == 4 for p in t.splits["train"])
     row = t.train_step()
-    assert row["reasons"] == {"half": 16} and row["reward_mean"] == 0.5 and len(seen) == 16
+    assert row["rollout/reasons"] == {"half": 16} and row["rollout/reward_mean"] == 0.5 and len(seen) == 16
 
 
 def test_make_task_builds_and_refuses_with_one_line_errors():

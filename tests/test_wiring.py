@@ -112,8 +112,8 @@ def test_logged_entropy_is_the_sampling_distributions(tmp_path):
 
     row = metrics_row(1, batch, [UpdateResult(0.0, 0.0, 0)], lr=0.0, loss_type="sapo", counters={}, step_s=1.0,
                       model_s=0.5, elapsed_s=1.0)
-    assert math.isclose(row["entropy"], float(ent[cm].mean()), rel_tol=1e-5)
-    assert row["non_model_frac"] == 0.5 and row["loss"] == 0.0
+    assert math.isclose(row["rollout/entropy_mean"], float(ent[cm].mean()), rel_tol=1e-5)
+    assert row["time/non_model_frac"] == 0.5 and row["losses/loss"] == 0.0
 
 
 def test_kl_term_enters_the_loss_with_beta(tmp_path, monkeypatch):
@@ -139,5 +139,5 @@ def test_kl_term_enters_the_loss_with_beta(tmp_path, monkeypatch):
     monkeypatch.setattr(update_mod, "policy_loss", lambda *a, **k: calls.append(real_loss(*a, **k)) or calls[-1])
     row = t.train_step()
     assert seen["aggregation"] == "token_pool" and float(seen["kl"]) > 0
-    assert math.isclose(row["loss"], float(calls[0].loss) + 0.5 * float(seen["kl"]), rel_tol=1e-6)
-    assert math.isclose(row["kl_ref"], float(seen["kl"]), rel_tol=1e-9)
+    assert math.isclose(row["losses/loss"], float(calls[0].loss) + 0.5 * float(seen["kl"]), rel_tol=1e-6)
+    assert math.isclose(row["losses/kl_ref"], float(seen["kl"]), rel_tol=1e-9)

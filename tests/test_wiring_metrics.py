@@ -51,15 +51,15 @@ def test_row_combines_the_minibatches_as_documented(tmp_path, spy, optimizer_ste
         kl = [float(c.result.detach()) for c in kls[mbs]]
         stats = [c.result.stats for c in losses[mbs]]
         minimized = [float(c.result.loss.detach()) + BETA * k for c, k in zip(losses[mbs], kl, strict=True)]
-        assert row["grad_norm"] == pytest.approx(_mean(norms), rel=1e-5)
-        assert row["grad_norm_max"] == pytest.approx(max(norms), rel=1e-5)
-        assert row["kl_ref"] == pytest.approx(_mean(kl), rel=1e-9)
-        assert row["loss"] == pytest.approx(_mean(minimized), rel=1e-6, abs=1e-9)
+        assert row["optim/grad_norm"] == pytest.approx(_mean(norms), rel=1e-5)
+        assert row["optim/grad_norm_max"] == pytest.approx(max(norms), rel=1e-5)
+        assert row["losses/kl_ref"] == pytest.approx(_mean(kl), rel=1e-9)
+        assert row["losses/loss"] == pytest.approx(_mean(minimized), rel=1e-6, abs=1e-9)
         for key in ("clip_frac", "approx_kl", "coef_q50", "signal_removed_frac"):
-            assert row[key] == pytest.approx(_mean([s[key] for s in stats]), rel=1e-9), key
-        assert row["max_abs_log_ratio"] == pytest.approx(max(s["max_abs_log_ratio"] for s in stats), rel=1e-9)
-        assert row["ratio_q95_last_minibatch"] == pytest.approx(stats[-1]["ratio_q95"], rel=1e-9)
-        as_built = {k: v for k, v in built[i].items() if k != "elapsed_s"}  # a dev step adds its time to elapsed_s
+            assert row[f"losses/{key}"] == pytest.approx(_mean([s[key] for s in stats]), rel=1e-9), key
+        assert row["ratio/max_abs_log_ratio"] == pytest.approx(max(s["max_abs_log_ratio"] for s in stats), rel=1e-9)
+        assert row["ratio/q95_last_minibatch"] == pytest.approx(stats[-1]["ratio_q95"], rel=1e-9)
+        as_built = {k: v for k, v in built[i].items() if k != "time/elapsed_s"}  # a dev step adds its time
         assert {k: row[k] for k in as_built} == as_built
         varied |= {name for name, values in (("grad_norm", norms), ("kl", kl), ("clip_frac", [s["clip_frac"] for s in
                    stats]), ("ratio_q95", [s["ratio_q95"] for s in stats])) if len(set(values)) > 1}

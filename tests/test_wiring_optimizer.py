@@ -66,7 +66,7 @@ def test_learning_rate_at_each_optimizer_step_follows_the_schedule(tmp_path, opt
                 lr_scheduler_type=schedule)
     applied = [s.groups[0]["lr"] for s in optimizer_steps]
     assert applied == pytest.approx([peak * f for f in SCHEDULES[schedule]], rel=1e-12)
-    assert [r["lr"] for r in rows] == applied[1::2]
+    assert [r["optim/lr"] for r in rows] == applied[1::2]
 
 
 @pytest.mark.parametrize("threshold", [1e-3, 0.0, 1e3])
@@ -80,13 +80,13 @@ def test_clipping_uses_the_configured_threshold_before_the_step(tmp_path, optimi
     seen = [s.grad_norm for s in optimizer_steps]
     assert len(seen) == 4
     for i, row in enumerate(rows):
-        pre_clip_max = row["grad_norm_max"]
+        pre_clip_max = row["optim/grad_norm_max"]
         assert pre_clip_max > 1e-2  # the gradients are far above the small threshold: clipping must act
         if threshold == 1e-3:
             assert seen[2 * i : 2 * i + 2] == pytest.approx([threshold] * 2, rel=1e-4)
         else:  # off, or a threshold no gradient reaches: the optimizer sees the logged norms themselves
             assert max(seen[2 * i : 2 * i + 2]) == pytest.approx(pre_clip_max, rel=1e-5)
-            assert sum(seen[2 * i : 2 * i + 2]) / 2 == pytest.approx(row["grad_norm"], rel=1e-5)
+            assert sum(seen[2 * i : 2 * i + 2]) / 2 == pytest.approx(row["optim/grad_norm"], rel=1e-5)
 
 
 def test_adamw_settings_from_the_config_reach_the_optimizer(tmp_path, optimizer_steps):

@@ -66,7 +66,7 @@ def test_first_minibatch_is_on_policy_at_the_sampling_temperature(tmp_path, spy,
     ratio_log = (trained_logp - trained_behavior)[losses[0].args[3].bool()]
     assert float(ratio_log.abs().max()) < 1e-4  # on-policy: r = 1
     (row,) = metrics_rows(str(tmp_path / "run"))
-    assert row["max_abs_log_ratio"] < 1e-4 and row["tokens_trained"] == int(mask.sum())
+    assert row["ratio/max_abs_log_ratio"] < 1e-4 and row["optim/tokens_trained"] == int(mask.sum())
 
 
 def _frames():

@@ -82,4 +82,4 @@ def test_zero_advantage_responses_still_get_the_kl_term(tmp_path, monkeypatch, s
     assert [c.args[2].shape[0] for c in losses] == [len(mb.advantages) for mb in full]
     assert all(c.kwargs["aggregation"] == "token_pool" for c in kls)
     row = built[0].result
-    assert row["kl_ref"] is not None and row["tokens_trained"] == row["tokens_generated"]
+    assert row["losses/kl_ref"] is not None and row["optim/tokens_trained"] == row["rollout/tokens_generated"]

@@ -34,10 +34,11 @@ from __future__ import annotations
 import os
 
 from ..training.durable import install
+from ..training.metric_names import DEV_PASS1, ELAPSED_S, TOKENS_GENERATED_TOTAL
 from ..training.run_folder import CHECKPOINTS, METRICS, SNAPSHOTS, RunFolder, parse_step_dir, step_dir_name
 
 RULES = ("best_dev", "final", "step", "rollout_tokens", "wall_clock")
-_BUDGET_FIELD = {"rollout_tokens": "total_tokens_generated", "wall_clock": "elapsed_s"}
+_BUDGET_FIELD = {"rollout_tokens": TOKENS_GENERATED_TOTAL, "wall_clock": ELAPSED_S}
 
 
 class CheckpointMissing(ValueError):
@@ -72,11 +73,11 @@ def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> di
         raise ValueError("none of the candidate steps was logged")
     extra = {}
     if by == "best_dev":
-        measured = [r for r in pool if r.get("dev_pass1") is not None]
+        measured = [r for r in pool if r.get(DEV_PASS1) is not None]
         if not measured:
             raise ValueError("no dev evaluation among the candidate steps")
-        best = max(r["dev_pass1"] for r in measured)
-        row = next(r for r in measured if r["dev_pass1"] == best)
+        best = max(r[DEV_PASS1] for r in measured)
+        row = next(r for r in measured if r[DEV_PASS1] == best)
     elif by == "final":
         row = pool[-1]
     elif by == "step":
@@ -95,9 +96,9 @@ def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> di
         "by": by,
         "value": value,
         "step": row["step"],
-        "dev_pass1": row.get("dev_pass1"),
-        "total_tokens_generated": row.get("total_tokens_generated"),
-        "elapsed_s": row.get("elapsed_s"),
+        "dev_pass1": row.get(DEV_PASS1),
+        "total_tokens_generated": row.get(TOKENS_GENERATED_TOTAL),
+        "elapsed_s": row.get(ELAPSED_S),
         **extra,
     }
 

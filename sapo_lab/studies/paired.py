@@ -287,7 +287,7 @@ def compare(pairs: dict, method: str = "method", reference: str = "reference", a
 
 # Fields of a metrics row that measure the machine, not the run: two runs of the same
 # trajectory differ in them and nowhere else.
-TIMING_FIELDS = frozenset({"elapsed_s", "step_s", "diagnostics_s", "dev_eval_s", "non_model_frac"})
+TIMING_NAMESPACE = "time/"
 
 
 def trajectory_key(run_dir: str | Path) -> str:
@@ -301,7 +301,7 @@ def trajectory_key(run_dir: str | Path) -> str:
 
     digest = hashlib.sha256()
     for row in run_metric_rows(str(run_dir)):
-        timeless = {k: v for k, v in row.items() if k not in TIMING_FIELDS}
+        timeless = {k: v for k, v in row.items() if not k.startswith(TIMING_NAMESPACE)}
         digest.update(json.dumps(timeless, sort_keys=True).encode())
     return digest.hexdigest()
 

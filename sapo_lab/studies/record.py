@@ -6,6 +6,7 @@ import json
 import os
 
 from ..training.durable import write_json
+from ..training.metric_names import ELAPSED_S
 from ..training.run_folder import RunFolder
 from .selected_eval import evaluate_selected
 from .verdicts import collapse_verdict
@@ -41,11 +42,11 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
         "final_pass1": summary.get("final_pass1"),
         "final_pass1_ci95": summary.get("final_pass1_ci95"),
         # the trainer's counters, cumulative over the run's rollout steps
-        "rollout_tokens": last.get("total_tokens_generated", 0),
-        "update_tokens": last.get("total_tokens_trained", 0),
-        "optimizer_steps": last.get("total_optimizer_steps", 0),
-        "verifier_calls": last.get("total_verifier_calls", 0),
-        "train_elapsed_s": last.get("elapsed_s", 0.0),
+        "rollout_tokens": last.get("counters/tokens_generated", 0),
+        "update_tokens": last.get("counters/tokens_trained", 0),
+        "optimizer_steps": last.get("counters/optimizer_steps", 0),
+        "verifier_calls": last.get("counters/verifier_calls", 0),
+        "train_elapsed_s": last.get(ELAPSED_S, 0.0),
         "selections": [],
     }
     if not diverged:

@@ -25,6 +25,7 @@ import shutil
 import time
 
 from ..training.durable import atomic_write, write_json
+from ..training.metric_names import DEV_PASS1
 from ..training.run_folder import RunFolder
 from .environment import capture_environment
 from .expansion import expand_runs
@@ -60,7 +61,7 @@ def _snapshot_callback(run_dir: str, every, user_callback):
     from .checkpoint_rules import save_snapshot
 
     def on_step_end(trainer, row):
-        at_dev = every == "dev" and row.get("dev_pass1") is not None
+        at_dev = every == "dev" and row.get(DEV_PASS1) is not None
         if at_dev or (isinstance(every, int) and every and row["step"] % every == 0):
             save_snapshot(run_dir, row["step"], trainer.model)
         if user_callback is not None:

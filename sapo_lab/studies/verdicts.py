@@ -13,14 +13,22 @@ The step reported is the measurement at which the criterion fired.
 
 from __future__ import annotations
 
+from ..training.metric_names import canonical
+
 
 def collapse_verdict(rows: list[dict], criteria: list[dict], diverged_at: int | None = None) -> dict:
-    """``{"collapsed", "step", "criterion", "reason"}``: the earliest criterion to fire."""
+    """``{"collapsed", "step", "criterion", "reason"}``: the earliest criterion to fire.
+
+    A criterion's ``metric`` is a row key or a name from before the namespaces (see
+    :func:`sapo_lab.training.metric_names.canonical`); the reason quotes it as declared.
+    """
     fired = []
     for i, c in enumerate(criteria):
-        patience, run, best = c.get("patience", 1), 0, None
+        patience, run, best, key = c.get("patience", 1), 0, None, canonical(c["metric"])
+        if rows and not any(key in r for r in rows):
+            raise ValueError(f"collapse criterion {i} names {c['metric']!r}, which no metrics row has")
         for r in rows:
-            v = r.get(c["metric"])
+            v = r.get(key)
             if v is None:
                 continue
             if c["kind"] == "drop_from_best":

@@ -7,6 +7,8 @@ import signal
 
 from tqdm.auto import tqdm
 
+from .metric_names import DEV_PASS1, REWARD_MEAN
+
 
 class ProgressBar:
     """A tqdm bar over rollout steps showing the last reward and the last measured dev Pass@1."""
@@ -18,11 +20,11 @@ class ProgressBar:
 
     def show(self, row: dict) -> None:
         """One step done: advance and show its reward (and its dev Pass@1 when measured)."""
-        if row.get("dev_pass1") is not None:
-            self._last_dev = row["dev_pass1"]
+        if row.get(DEV_PASS1) is not None:
+            self._last_dev = row[DEV_PASS1]
         self._bar.update(1)
         dev = f"{self._last_dev:.2f}" if self._last_dev is not None else "-"
-        self._bar.set_postfix(reward=f"{row['reward_mean']:.2f}", dev=dev)
+        self._bar.set_postfix(reward=f"{row[REWARD_MEAN]:.2f}", dev=dev)
 
     def close(self) -> None:
         self._bar.close()

@@ -10,6 +10,7 @@ import torch
 from ..objective.diagnostics import ratio_quantiles, step_diagnostics
 from ..objective.losses import SIGNAL_CELLS
 from ..objective.registry import kernel_for
+from .metric_names import STEP, under
 from .rollout import RolloutBatch
 from .update import UpdateResult
 
@@ -62,59 +63,64 @@ def metrics_row(
     model_s: float,
     elapsed_s: float,
 ) -> dict:
-    """One metrics row from a rollout batch and its K minibatch updates.
+    """One metrics row from a rollout batch and its K minibatch updates (keys: :mod:`.metric_names`).
 
     ``counters`` are the run's totals after this step; ``step_s`` the step's wall time and
     ``model_s`` the part of it spent in model work (sampling, forwards, backward, optimizer),
-    so ``non_model_frac`` is the share of bookkeeping. A statistic no minibatch could
-    measure (all of them zero-advantage) is ``None``; ``clip_frac`` is absent for kernels
-    without a hard clip. Also in the row: the rollout's :func:`step_diagnostics` (advantage
-    signs, zero-advantage groups, lengths, entropy), ratio and r w(r) quantiles pooled over
-    the trained tokens (``tau_pos``/``tau_neg`` set SAPO's w), and the ``tokseq_*`` gradient
-    comparison of any update that made one (with ``diagnostics_s``, its wall time).
+    so ``time/non_model_frac`` is the share of bookkeeping. A statistic no minibatch could
+    measure (all of them zero-advantage) is ``None``; ``losses/clip_frac`` is absent for kernels
+    without a hard clip. ``rollout/`` holds the rollout's :func:`step_diagnostics`, ``ratio/``
+    the ratio and r w(r) quantiles pooled over the trained tokens (``tau_pos``/``tau_neg`` set
+    SAPO's w), and ``tokseq/`` the gradient comparison of any update that made one.
     """
     comp_mask = batch.completion_mask
-    grouped = batch.grouped_rewards()
-    zero_groups = int((grouped.max(-1).values == grouped.min(-1).values).sum())
     trained = [u.stats for u in updates if u.stats is not None]
     truncated = torch.tensor([not ep.finished for ep in batch.episodes]) if batch.episodes else None
-    row = step_diagnostics(rewards=grouped, advantages=batch.advantages, mask=comp_mask, entropy=batch.entropy,
-                           truncated=truncated, tau_pos=tau_pos, tau_neg=tau_neg)
-    row.update(pooled_ratio_quantiles(updates, tau_pos, tau_neg))
-    row.update({
-        "step": step,
+    rollout = step_diagnostics(rewards=batch.grouped_rewards(), advantages=batch.advantages, mask=comp_mask,
+                               entropy=batch.entropy, truncated=truncated, tau_pos=tau_pos, tau_neg=tau_neg)
+    rollout.update({
         "reward_mean": float(batch.rewards.mean()),
-        "response_length_mean": float(comp_mask.sum(-1).float().mean()),
-        "entropy": float((batch.entropy * comp_mask).sum() / comp_mask.sum()),
-        "loss": _mean(u.loss for u in updates),
-        "grad_norm": _mean(u.grad_norm for u in updates),
-        "grad_norm_max": max(u.grad_norm for u in updates),
-        "zero_advantage_groups": zero_groups,
-        "zero_advantage_group_frac": zero_groups / grouped.shape[0],
-        "lr": lr,
         "reasons": dict(Counter(ep.reason for ep in batch.episodes)),
         "tokens_generated": int(comp_mask.sum()),
+    })
+    row = {STEP: step, **under("rollout", rollout)}
+    row.update(under("ratio", pooled_ratio_quantiles(updates, tau_pos, tau_neg), strip="ratio_"))
+    row.update(under("ratio", {
+        "q95_last_minibatch": trained[-1].get("ratio_q95") if trained else None,
+        "max_abs_log_ratio": max((s.get("max_abs_log_ratio", 0.0) for s in trained), default=0.0),
+        "beyond_max_log_ratio": sum(s.get("beyond_max_log_ratio", 0) for s in trained),
+    }))
+    row.update(under("losses", _loss_columns(updates, trained, loss_type)))
+    row.update(under("optim", {
+        "lr": lr,
+        "grad_norm": _mean(u.grad_norm for u in updates),
+        "grad_norm_max": max(u.grad_norm for u in updates),
         "tokens_trained": sum(u.tokens_trained for u in updates),
-        **{f"total_{k}": v for k, v in counters.items()},
+    }))
+    row.update(under("counters", counters))
+    row.update(under("time", {
         "step_s": step_s,
         "non_model_frac": max(0.0, step_s - model_s) / step_s,
         "elapsed_s": elapsed_s,
-    })
+        "diagnostics_s": sum(u.comparison_s for u in updates),
+    }))
+    compared = [u.gradient_comparison for u in updates if u.gradient_comparison is not None]
+    if compared:
+        row.update(under("tokseq", compared[-1], strip="tokseq_"))
+    return row
+
+
+def _loss_columns(updates: list[UpdateResult], trained: list[dict], loss_type: str) -> dict:
+    """The loss and :data:`AVERAGED_STATS` averaged over the minibatches, the empty responses they saw, the KL."""
+    out = {"loss": _mean(u.loss for u in updates)}
     for key in AVERAGED_STATS:
         vals = [s[key] for s in trained if key in s and math.isfinite(s[key])]
         if vals:
-            row[key] = _mean(vals)
+            out[key] = _mean(vals)
         elif key != "clip_frac" or kernel_for(loss_type).hard_clip:  # clip_frac exists only for hard clips
-            row[key] = None  # every minibatch was all zero-advantage (or the cell was empty): nothing to measure
-    compared = [u.gradient_comparison for u in updates if u.gradient_comparison is not None]
-    if compared:
-        row.update(compared[-1])
-    row["diagnostics_s"] = sum(u.comparison_s for u in updates)
-    row["ratio_q95_last_minibatch"] = trained[-1].get("ratio_q95") if trained else None
-    row["max_abs_log_ratio"] = max((s.get("max_abs_log_ratio", 0.0) for s in trained), default=0.0)
-    row["beyond_max_log_ratio"] = sum(s.get("beyond_max_log_ratio", 0) for s in trained)
-    row["empty_responses"] = sum(s.get("empty_responses", 0) for s in trained)
+            out[key] = None  # every minibatch was all zero-advantage (or the cell was empty): nothing to measure
+    out["empty_responses"] = sum(s.get("empty_responses", 0) for s in trained)
     kls = [u.kl_ref for u in updates if u.kl_ref is not None]
     if kls:
-        row["kl_ref"] = _mean(kls)
-    return row
+        out["kl_ref"] = _mean(kls)
+    return out

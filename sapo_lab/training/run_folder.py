@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from .config import PRESETS, resolve_key
 from .durable import TMP_SUFFIX, append_line, atomic_write, write_json
+from .metric_names import is_flat, migrate_row
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -139,6 +140,12 @@ def read_metrics(path: str) -> MetricsLog:
         if previous is not None and step <= previous:
             raise RunDirError(f"{path} line {i + 1}: step {step} after step {previous} (steps must be increasing integers)")
         previous = step
+        if is_flat(row):  # written before the metric namespaces: read (and rewritten) under today's keys
+            try:
+                row = migrate_row(row)
+            except ValueError as exc:
+                raise RunDirError(f"{path} line {i + 1}: {exc}") from None
+            line = json.dumps(row)
         log.rows.append(row)
         log.lines.append(line + "\n")
     return log

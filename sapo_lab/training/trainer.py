@@ -43,6 +43,7 @@ from .console import ctrl_c_requests_stop, progress_bar
 from .device import ModelTimer, autocast_for, resolve_device
 from .evaluation import dev_pass1
 from .lifecycle import finish_model, make_optimizer, reference_model, run_summary, start_model
+from .metric_names import DEV_EVAL_S, DEV_PASS1, ELAPSED_S
 from .metrics import metrics_row
 from .model import response_logprobs
 from .rollout import MiniBatch, RolloutBatch, rollout
@@ -191,13 +192,13 @@ class Trainer:
         """Dev Pass@1 every ``dev_every`` steps and at the last step (``None`` between); it counts as training time."""
         cfg = self.cfg
         if self.step % cfg.evaluation.dev_every != 0 and self.step != cfg.optimization.max_steps:
-            row["dev_pass1"] = None
+            row[DEV_PASS1] = None
             return
         t0 = time.perf_counter()
-        row["dev_pass1"] = dev_pass1(self.model, self.tok, cfg, self.splits["dev"], self.task.verify, self.step)
-        row["dev_eval_s"] = time.perf_counter() - t0
-        self.elapsed += row["dev_eval_s"]
-        row["elapsed_s"] = self.elapsed
+        row[DEV_PASS1] = dev_pass1(self.model, self.tok, cfg, self.splits["dev"], self.task.verify, self.step)
+        row[DEV_EVAL_S] = time.perf_counter() - t0
+        self.elapsed += row[DEV_EVAL_S]
+        row[ELAPSED_S] = self.elapsed
 
     # ------------------------------------------------------------ one step
 

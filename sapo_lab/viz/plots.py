@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import os
 
+from ..training.metric_names import DEV_PASS1, canonical
 from ..training.run_folder import METRICS, read_metrics
 
 DEFAULT_PANELS = (
-    ("reward_mean", "train reward"),
-    ("dev_pass1", "dev Pass@1"),
-    ("entropy", "entropy (nats/token)"),
-    ("response_length_mean", "response length"),
-    ("approx_kl", "approx KL (behavior || current)"),
-    ("ratio_q95", "ratio q95"),
-    ("coef_q50", "r·w(r) median"),
-    ("signal_removed_frac", "signal removed"),
-    ("grad_norm", "gradient norm"),
+    ("rollout/reward_mean", "train reward"),
+    ("eval/dev_pass1", "dev Pass@1"),
+    ("rollout/entropy_mean", "entropy (nats/token)"),
+    ("rollout/response_length_mean", "response length"),
+    ("losses/approx_kl", "approx KL (behavior || current)"),
+    ("ratio/q95", "ratio q95"),
+    ("losses/coef_q50", "r·w(r) median"),
+    ("losses/signal_removed_frac", "signal removed"),
+    ("optim/grad_norm", "gradient norm"),
 )
 
 
@@ -50,12 +51,13 @@ def plot_training_curves(runs, panels=DEFAULT_PANELS, path: str | None = None, n
     data = {label: curve_rows(p) for label, p in runs.items()}
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.8 * nrows), squeeze=False)
-    for ax, (key, title) in zip(axes.flat, panels, strict=False):
+    for ax, (name, title) in zip(axes.flat, panels, strict=False):
+        key = canonical(name)
         for label, rows in data.items():
             pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
             if pts:
                 xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, label=label, marker="o" if key == "dev_pass1" else None, ms=3)
+                ax.plot(xs, ys, label=label, marker="o" if key == DEV_PASS1 else None, ms=3)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("rollout step", fontsize=8)
         ax.grid(alpha=0.3)
