@@ -108,7 +108,7 @@ def one_line(error: dict, known_keys) -> str:
         return f"config key {key!r} cannot be null" if value is None else f"config key {key!r} {_TYPE_RULES[kind]}, got {value!r}"
     if kind in _BOUNDS:
         name, sign = _BOUNDS[kind]
-        return f"config key {key!r} = {value!r} is invalid: must be {sign} {error['ctx'][name]}"
+        return f"config key {key!r} = {value!r} is invalid: must be {sign} {error['ctx'][name]:g}"
     if isinstance(cause, WrongType):
         return f"config key {key!r} {cause}, got {value!r}"
     return f"config key {key!r} = {value!r} is invalid: {cause if cause is not None else error['msg']}"
