@@ -119,3 +119,14 @@ def test_every_committed_declaration_names_known_metrics():
     for path in sorted((ROOT / "experiments").glob("*.json")):
         for c in load_declaration(str(path))["collapse"]:
             assert _namespaced(canonical(c["metric"])), (path.name, c["metric"])
+
+
+def test_a_study_series_takes_either_name_and_refuses_a_typo():
+    """Catches: a chapter's curve silently empty because it asked for a misspelt metric."""
+    from sapo_lab.studies.results import load_study
+
+    run = load_study("confirm_addition", ROOT / "results").runs[0]
+    steps, values = run.series("eval/dev_pass1")
+    assert steps and run.series("dev_pass1") == (steps, values)
+    with pytest.raises(ValueError, match="unknown metric"):
+        run.series("dev_pas1")

@@ -1,17 +1,17 @@
 """Which checkpoint to report: best dev score, fixed step, fixed rollout tokens, or a wall-clock budget.
 
 A rule picks a step from a run's ``metrics.jsonl`` (one row per rollout step, written by
-the trainer: ``step``, ``dev_pass1`` (``null`` between dev evaluations),
-``total_tokens_generated``, ``elapsed_s``, ...):
+the trainer: ``step``, ``eval/dev_pass1`` (``null`` between dev evaluations),
+``counters/tokens_generated``, ``time/elapsed_s``, ...):
 
-* ``best_dev``: the step with the highest ``dev_pass1``; ties go to the earliest step
+* ``best_dev``: the step with the highest ``eval/dev_pass1``; ties go to the earliest step
   (the cheapest of the equally good). Only steps where dev was measured compete.
 * ``final``: the last logged step.
 * ``step`` (value N): step N exactly.
 * ``rollout_tokens`` (value B): the last step whose cumulative generated tokens
-  ``total_tokens_generated`` <= B.
-* ``wall_clock`` (value S seconds): the last step whose ``elapsed_s`` <= S. The trainer's
-  ``elapsed_s`` counts training steps and dev evaluations, not the cold start or final
+  ``counters/tokens_generated`` <= B.
+* ``wall_clock`` (value S seconds): the last step whose ``time/elapsed_s`` <= S. The trainer's
+  elapsed time counts training steps and dev evaluations, not the cold start or final
   evaluation, and it is measured on whatever machine ran the step: compare runs only
   from one machine.
 

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..training.metric_names import canonical
 from ..training.run_folder import RunFolder
 from .checkpoint_rules import run_metric_rows
 
@@ -62,10 +63,14 @@ class Run:
         return RunFolder(str(self.path)).read_cold_start_eval()["cold_start"]["key"]
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of ``metric`` over the rows where it was measured (not null, finite)."""
-        steps, values = [], []
+        """(steps, values) of ``metric`` over the rows where it was measured (not null, finite).
+
+        ``metric`` is a row key (``eval/dev_pass1``) or a flat name from before the namespaces;
+        an unknown name is a ``ValueError``, not an empty series.
+        """
+        steps, values, key = [], [], canonical(metric)
         for r in self.rows:
-            v = r.get(metric)
+            v = r.get(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 steps.append(r["step"])
                 values.append(float(v))
