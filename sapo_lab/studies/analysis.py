@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from ..training.run_folder import RunFolder
-from .paired import _noncentral_t_sf, compare, distinct, holm, smallest_n, t_quantile, trajectory_key
+from .paired import compare, distinct, holm, smallest_n, trajectory_key, two_sided_t_power
 from .results import Run, Study
 
 
@@ -189,10 +189,7 @@ def two_sample_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) ->
         raise ValueError("power needs at least 2 runs per method")
     if not sd > 0:
         raise ValueError(f"the SD of one method's runs must be > 0, got {sd}")
-    df = 2 * n - 2
-    c = t_quantile(1.0 - alpha / 2.0, df)
-    ncp = abs(effect) / (sd * math.sqrt(2.0 / n))
-    return _noncentral_t_sf(c, df, ncp) + _noncentral_t_sf(c, df, -ncp)
+    return two_sided_t_power(2 * n - 2, abs(effect) / (sd * math.sqrt(2.0 / n)), alpha)
 
 
 def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_runs: int = 10000) -> int:

@@ -194,16 +194,19 @@ def permutation_test(diffs, exact_up_to: int = 16, resamples: int = 100000, seed
     return (hits + 1) / (resamples + 1)
 
 
+def two_sided_t_power(df: float, ncp: float, alpha: float = 0.05) -> float:
+    """Power of a two-sided t-test at level ``alpha`` with ``df`` degrees of freedom and noncentrality ``ncp``."""
+    c = t_quantile(1.0 - alpha / 2.0, df)
+    return _noncentral_t_sf(c, df, ncp) + _noncentral_t_sf(c, df, -ncp)
+
+
 def paired_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
     """Power of the two-sided paired t-test with ``n`` pairs against a true mean difference ``effect``."""
     if n < 2:
         raise ValueError("power needs at least 2 pairs")
     if not sd > 0:
         raise ValueError(f"the paired SD must be > 0, got {sd}")
-    df = n - 1
-    c = t_quantile(1.0 - alpha / 2.0, df)
-    ncp = abs(effect) * math.sqrt(n) / sd
-    return _noncentral_t_sf(c, df, ncp) + _noncentral_t_sf(c, df, -ncp)
+    return two_sided_t_power(n - 1, abs(effect) * math.sqrt(n) / sd, alpha)
 
 
 def paired_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_pairs: int = 10000) -> int:
