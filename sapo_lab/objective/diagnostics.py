@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from .gates import gate_weight, token_temperatures
-from .losses import policy_loss, quantile_stats
+from .losses import mask_positions, policy_loss, quantile_stats, take
 from .masks import aggregation_weights, check_mask
 from .registry import kernel_for
 
@@ -158,8 +158,9 @@ def ratio_quantiles(
     rw = torch.exp(z + torch.log(gate_weight(r, tau)))
     out: dict = {}
     for suffix, sel in (("", m), ("_pos", m & (a > 0)), ("_neg", m & (a < 0))):
-        out.update(quantile_stats(r[sel], f"ratio{suffix}", quantiles, empty=None))
-        out.update(quantile_stats(rw[sel], f"rw{suffix}", quantiles, empty=None))
+        at = mask_positions(sel)  # one nonzero for both gathers
+        out.update(quantile_stats(take(r, at), f"ratio{suffix}", quantiles, empty=None))
+        out.update(quantile_stats(take(rw, at), f"rw{suffix}", quantiles, empty=None))
     return out
 
 

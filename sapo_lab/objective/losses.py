@@ -18,6 +18,7 @@ overflows gets the exact coefficient 0 rather than ``0 * inf = NaN``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -67,6 +68,8 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
     if not bool(m.any()):
         raise ValueError("mask selects no valid token: every response is empty")
     for name, t in (("logp", logp), ("behavior_logp", behavior_logp)):
+        if bool(torch.isfinite(t.detach()).all()):  # the common case, decided by one reduction
+            continue
         bad = m & ~torch.isfinite(t.detach())
         if bool(bad.any()):
             where = [tuple(int(i) for i in idx) for idx in bad.nonzero()[:5]]
@@ -77,11 +80,39 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
 
 
 def quantile_stats(values: torch.Tensor, prefix: str, quantiles=(0.05, 0.5, 0.95), empty=float("nan")) -> dict:
-    """``{PREFIX_qNN: quantile}`` of a 1-D tensor, computed in float64; ``empty`` for every key when it has no values."""
+    """``{PREFIX_qNN: quantile}`` of a 1-D tensor, computed in float64; ``empty`` for every key when it has no values.
+
+    The values are those of ``torch.quantile`` (linear interpolation), bit for bit: see :func:`sorted_quantiles`.
+    """
+    keys = [f"{prefix}_q{round(q * 100):02d}" for q in quantiles]
     if values.numel() == 0:
-        return {f"{prefix}_q{round(q * 100):02d}": empty for q in quantiles}
-    vals = torch.quantile(values.double(), torch.tensor(quantiles, dtype=torch.float64, device=values.device))
-    return {f"{prefix}_q{round(q * 100):02d}": float(v) for q, v in zip(quantiles, vals, strict=True)}
+        return dict.fromkeys(keys, empty)
+    ordered = values.detach().double().flatten().sort().values
+    return dict(zip(keys, sorted_quantiles(ordered, tuple(quantiles)), strict=True))
+
+
+def sorted_quantiles(ordered: torch.Tensor, quantiles: tuple) -> list[float]:
+    """``torch.quantile(values, quantiles).tolist()`` for the ascending sort ``ordered`` of ``values`` (1-D, non-empty).
+
+    The same operations as torch's linear interpolation (rank q (n - 1), gather below and
+    above, ``lerp_`` by the rank's fraction), with the ranks cached per (n, quantiles) and
+    without the argument checks: one sort and a few small kernels instead of a dozen.
+    Any NaN sorts last and makes every quantile NaN, as in torch, which is what the rare
+    NaN case delegates to.
+    """
+    if bool(ordered[-1].isnan()):
+        q = torch.tensor(quantiles, dtype=ordered.dtype, device=ordered.device)
+        return torch.quantile(ordered, q).tolist()
+    below, above, fraction = _quantile_ranks(ordered.numel(), quantiles, ordered.dtype, ordered.device)
+    return ordered.gather(-1, below).lerp_(ordered.gather(-1, above), fraction).tolist()
+
+
+@functools.lru_cache(maxsize=512)
+def _quantile_ranks(n: int, quantiles: tuple, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Indices below and above each quantile's rank q (n - 1) in a sorted tensor of ``n``, and the rank's fraction."""
+    ranks = torch.tensor(quantiles, dtype=dtype, device=device) * (n - 1)
+    below = ranks.to(torch.long)
+    return below, ranks.ceil().to(torch.long), ranks - below
 
 
 def policy_loss(
@@ -197,32 +228,41 @@ def policy_loss(
     return PolicyLossOutput(loss=loss, stats=stats, token_loss=token_loss, token_weight=weight)
 
 
+def mask_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Row-major positions of a boolean mask's True entries: ``take(t, mask_positions(m))`` is ``t[m]``."""
+    return mask.reshape(-1).nonzero().squeeze(1)
+
+
+def take(t: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The entries of ``t`` at row-major positions ``at`` (what boolean indexing gathers, without its nonzero)."""
+    return t.reshape(-1).index_select(0, at)
+
+
 def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, kernel, gate_state) -> dict:
-    zd = z.double()[used]
+    # Every mask is turned into positions once and each tensor gathered from them; the
+    # statistics are computed on exactly the tensors boolean indexing would give.
+    used_at = mask_positions(used)
+    valid_at = used_at if used is valid else mask_positions(valid)
+    zd = take(z, used_at).double()
     ratio = torch.exp(zd)
-    a = a_tok.double()[used]
-    state = gate_state[used]
+    a = take(a_tok, used_at).double()
+    state = take(gate_state, used_at)
     log_gate, log_coef = kernel.log_weights(zd, a, state.double() if state.is_floating_point() else state)
     coef = torch.exp(log_coef)
-    # Fraction of |A| * r (the unclipped importance-weighted update) that the surrogate
-    # removes, weighted like the loss; softmax over log weights keeps it finite when r overflows.
     signed = a != 0
-    if bool(signed.any()):
-        log_mass = torch.log(weight.double()[used][signed] * a[signed].abs()) + zd[signed]
-        share = torch.softmax(log_mass, dim=0)
-        removed = float((share * (1.0 - torch.exp(log_gate[signed]))).sum())
-    else:
-        removed = 0.0
-    tz = token_z.double()[valid]
-    split = signal_removed_split(zd, a, weight.double()[used], log_gate)
+    tz = take(token_z, valid_at).double()
+    # signal_removed_frac: the fraction of |A| * r (the unclipped importance-weighted update)
+    # that the surrogate removes, weighted like the loss (see signal_removed_split).
+    split, removed = _signal_split(zd, a, take(weight, used_at).double(), log_gate)
+    positive, negative = int((a > 0).sum()), int((a < 0).sum())
     out = {
-        "valid_tokens": int(valid.sum()),
-        "used_tokens": int(used.sum()),
+        "valid_tokens": valid_at.numel(),
+        "used_tokens": used_at.numel(),
         "responses": int(lengths.numel()),
         "empty_responses": int((lengths == 0).sum()),
-        "tokens_pos": int((a > 0).sum()),
-        "tokens_neg": int((a < 0).sum()),
-        "tokens_zero": int((a == 0).sum()),
+        "tokens_pos": positive,
+        "tokens_neg": negative,
+        "tokens_zero": used_at.numel() - positive - negative,  # advantages are finite (checked): the rest are 0
         "max_abs_log_ratio": float(tz.abs().max()),
         "signal_removed_frac": removed,
         "approx_kl": float((torch.expm1(tz) - tz).mean()),
@@ -284,29 +324,34 @@ def signal_removed_split(log_ratio: torch.Tensor, adv: torch.Tensor, weight: tor
     nan (undefined, not zero). Sums are taken as softmaxes over log masses, so they stay
     finite where r overflows.
     """
+    return _signal_split(log_ratio, adv, weight, log_gate)[0]
+
+
+def _signal_split(log_ratio, adv, weight, log_gate) -> tuple[dict, float]:
+    """:func:`signal_removed_split`'s dict and the overall ``signal_removed_frac`` (0.0 without signal)."""
     out: dict = {}
-    signed = adv != 0
-    if not bool(signed.any()):
+    signed_at = mask_positions(adv != 0)
+    if signed_at.numel() == 0:
         for sign, side in SIGNAL_CELLS:
             out[f"signal_removed_frac_{sign}_{side}"] = float("nan")
             out[f"signal_share_{sign}_{side}"] = 0.0
         out["signal_removed_frac_pos"] = out["signal_removed_frac_neg"] = float("nan")
-        return out
-    z, a, lg = log_ratio[signed], adv[signed], log_gate[signed]
-    log_mass = torch.log(weight[signed] * a.abs()) + z
+        return out, 0.0
+    z, a, lg = (t.index_select(0, signed_at) for t in (log_ratio, adv, log_gate))
+    log_mass = torch.log(weight.index_select(0, signed_at) * a.abs()) + z
     lost = 1.0 - torch.exp(lg)  # the share of each token's unclipped signal the kernel removes
 
-    def removed_in(cell):
-        if not bool(cell.any()):
+    def removed_in(at):
+        if at.numel() == 0:
             return float("nan")
-        return float((torch.softmax(log_mass[cell], dim=0) * lost[cell]).sum())
+        return float((torch.softmax(log_mass.index_select(0, at), dim=0) * lost.index_select(0, at)).sum())
 
     share = torch.softmax(log_mass, dim=0)
     sides = {"below": z < 0, "above": z > 0}
     for sign, sign_cell in (("pos", a > 0), ("neg", a < 0)):
-        out[f"signal_removed_frac_{sign}"] = removed_in(sign_cell)
+        out[f"signal_removed_frac_{sign}"] = removed_in(mask_positions(sign_cell))
         for side, side_cell in sides.items():
-            cell = sign_cell & side_cell
-            out[f"signal_removed_frac_{sign}_{side}"] = removed_in(cell)
-            out[f"signal_share_{sign}_{side}"] = float(share[cell].sum())
-    return out
+            at = mask_positions(sign_cell & side_cell)
+            out[f"signal_removed_frac_{sign}_{side}"] = removed_in(at)
+            out[f"signal_share_{sign}_{side}"] = float(share.index_select(0, at).sum())
+    return out, float((share * lost).sum())

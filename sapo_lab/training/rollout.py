@@ -63,8 +63,10 @@ class MiniBatch(Responses):
 
     def select(self, rows: torch.Tensor) -> MiniBatch:
         """The rows picked by an index or boolean tensor."""
+        if rows.dtype == torch.bool:  # one nonzero for every field, not one per field
+            rows = rows.nonzero().squeeze(1)
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(MiniBatch)}
-        return MiniBatch(**{k: None if v is None else v[rows] for k, v in values.items()})
+        return MiniBatch(**{k: None if v is None else v.index_select(0, rows) for k, v in values.items()})
 
 
 @dataclass
@@ -228,9 +230,13 @@ def score_completions(
     """
     episodes = []
     rows = zip(completion_ids.cpu().tolist(), completion_mask.cpu().tolist(), finished.cpu().tolist(), strict=True)
+    texts: dict[tuple[int, ...], str] = {}  # the samples of a group often agree: decode each distinct text once
     for i, (ids, m, fin) in enumerate(rows):
         ids = [t for t, keep in zip(ids, m, strict=True) if keep]
-        text = tokenizer.decode(ids[:-1] if fin else ids, skip_special_tokens=False)
+        shown = tuple(ids[:-1] if fin else ids)
+        text = texts.get(shown)
+        if text is None:
+            text = texts[shown] = tokenizer.decode(list(shown), skip_special_tokens=False)
         reward, reason = reward_fn(text, fin, owners[i])
         reward = float(reward)
         if reward != reward or reward in (float("inf"), float("-inf")):

@@ -88,11 +88,13 @@ def learning_rate_at(step: int, total: int, cfg) -> float:
 
 
 def zero_advantage_scale(mb: MiniBatch, keep: torch.Tensor, aggregation: str) -> float:
-    """The factor that turns the loss over the kept rows into the full minibatch's normalisation."""
+    """The factor that turns the loss over the kept rows (a boolean or index tensor) into the full minibatch's
+    normalisation."""
+    kept = keep.nonzero().squeeze(1) if keep.dtype == torch.bool else keep
     if aggregation == "per_response":
-        return float(keep.sum()) / keep.numel()
+        return float(kept.numel()) / mb.advantages.numel()
     cm = mb.completion_mask
-    return float(cm[keep].sum()) / float(cm.sum())
+    return float(cm.index_select(0, kept).sum()) / float(cm.sum())
 
 
 @dataclass
@@ -112,9 +114,9 @@ def minibatch_forward(model, mb: MiniBatch, cfg, *, timer: ModelTimer, where: st
     o, lc = cfg.optimization, cfg.loss
     scale = 1.0
     if o.skip_zero_advantage and o.beta == 0:
-        keep = mb.advantages != 0
+        keep = (mb.advantages != 0).nonzero().squeeze(1)  # the kept rows' indices, found once
         scale = zero_advantage_scale(mb, keep, lc.aggregation)
-        if not bool(keep.any()):
+        if keep.numel() == 0:
             return Forward(mb=None)
         mb = mb.select(keep)
     model.train()
