@@ -216,3 +216,36 @@ def test_minibatch_selection_by_mask_equals_selection_by_index():
     for aggregation, expected in (("per_response", 4 / 7), ("token_pool", float(cm[keep].sum()) / float(cm.sum()))):
         assert zero_advantage_scale(mb, keep, aggregation) == expected
         assert zero_advantage_scale(mb, keep.nonzero().squeeze(1), aggregation) == expected
+
+
+def test_kernel_settings_are_refused_on_every_call_not_only_the_first():
+    """Catches: a settings cache that remembers a refusal's arguments as checked (the second call with
+    tau_pos = 0 would then train), or one that skips the check for tensors it cannot remember."""
+    logp, behavior, adv, mask = random_batch(3, 4)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="temperature"):
+            policy_loss(logp, behavior, adv, mask, tau_pos=0.0)
+        with pytest.raises(ValueError, match="temperature"):
+            policy_loss(logp, behavior, adv, mask, tau_neg=torch.tensor(-1.0))
+        with pytest.raises(ValueError, match="clip epsilons"):
+            policy_loss(logp, behavior, adv, mask, loss_type="grpo", clip_eps_low=1.5)
+    policy_loss(logp, behavior, adv, mask, tau_pos=2.0)  # a good setting still passes
+
+
+def test_training_forward_puts_every_module_in_training_mode(tmp_path):
+    """Catches: deciding the mode from the root module alone (a submodule left in eval mode, e.g. by a
+    caller's hook, would then run the training forward without dropout)."""
+    from _micro import QUIET, micro, parity_reward
+
+    from sapo_lab.training.device import ModelTimer
+    from sapo_lab.training.trainer import Trainer
+    from sapo_lab.training.update import minibatch_forward
+
+    trainer = Trainer(micro(), str(tmp_path / "run"), reward_fn=parity_reward, **QUIET).start()
+    batch = trainer.collect_rollout(ModelTimer(trainer.device))
+    (mb,) = batch.minibatches(1)
+    trainer.model.train()
+    inner = [m for m in trainer.model.modules() if m is not trainer.model][-1]
+    inner.eval()
+    minibatch_forward(trainer.model, mb, trainer.cfg, timer=ModelTimer(trainer.device), where="test")
+    assert all(m.training for m in trainer.model.modules())

@@ -45,6 +45,19 @@ class PolicyLossOutput:
     token_weight: torch.Tensor | None = None
 
 
+def _check_settings(kernel, settings: list) -> None:
+    """``kernel.check(*settings)``, remembered for plain numbers that passed: the trainer asks the same every step."""
+    if all(type(v) in (float, int) for v in settings):
+        _checked_numbers(kernel.name, tuple(settings))
+    else:
+        kernel.check(*settings)
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_numbers(loss_type: str, settings: tuple) -> None:
+    kernel_for(loss_type).check(*settings)  # raises for bad settings, and a raise is not cached
+
+
 def _check_inputs(logp, behavior_logp, advantages, mask):
     for name, t in (("logp", logp), ("behavior_logp", behavior_logp), ("advantages", advantages), ("mask", mask)):
         if not isinstance(t, torch.Tensor):
@@ -179,7 +192,7 @@ def policy_loss(
         raise ValueError(f"max_log_ratio must be > 0, got {max_log_ratio!r}")
     given = {"tau_pos": tau_pos, "tau_neg": tau_neg, "clip_eps_low": clip_eps_low, "clip_eps_high": clip_eps_high}
     settings = [given[name] for name in kernel.reads]
-    kernel.check(*settings)
+    _check_settings(kernel, settings)
     valid = _check_inputs(logp, behavior_logp, advantages, mask)
 
     dtype = logp.dtype
