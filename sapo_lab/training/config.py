@@ -32,7 +32,7 @@ from pydantic.dataclasses import dataclass
 
 from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..objective.masks import AGGREGATIONS
-from ..objective.registry import LOSS_TYPES, kernel_for, resolved_level
+from ..objective.registry import KERNELS, kernel_for, resolved_level
 from ..tasks import make_task
 from .config_values import Float, Int, IntList, Mapping, RuleBroken, nullable, one_line, one_of
 from .durable import write_json
@@ -50,7 +50,7 @@ def _device(value: str) -> str:
 
 
 # The keys whose values are names from a fixed list, and the device.
-LossType = Annotated[str, one_of(LOSS_TYPES)]
+LossType = Annotated[str, one_of(KERNELS)]  # kernels registered later count too
 Level = nullable(Annotated[str, one_of(IMPORTANCE_SAMPLING_LEVELS)])
 Schedule = Annotated[str, one_of(LR_SCHEDULES)]
 Pooling = Annotated[str, one_of(AGGREGATIONS)]

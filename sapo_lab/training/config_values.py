@@ -63,12 +63,12 @@ def nullable(tp):
     return Annotated[tp | None, BeforeValidator(_none_text)]
 
 
-def one_of(choices: tuple) -> AfterValidator:
-    """Refuse a value that is not in ``choices``."""
+def one_of(choices) -> AfterValidator:
+    """Refuse a value that is not in ``choices`` (a tuple, or a registry read when a value is checked)."""
 
     def check(value):
         if value not in choices:
-            raise ValueError(f"must be one of {choices}")
+            raise ValueError(f"must be one of {tuple(choices)}")
         return value
 
     return AfterValidator(check)
