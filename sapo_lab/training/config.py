@@ -245,7 +245,6 @@ PRESETS: dict[str, dict] = {
 }
 
 
-
 _TREE = TypeAdapter(TrainConfig)
 
 
