@@ -14,6 +14,7 @@ import pytest
 import torch
 from _batches import random_batch
 
+from sapo_lab import mask_from_lengths
 from sapo_lab.objective.losses import policy_loss, quantile_stats, signal_removed_split
 from sapo_lab.objective.registry import kernel_for
 from sapo_lab.tasks import Problem
@@ -249,3 +250,26 @@ def test_training_forward_puts_every_module_in_training_mode(tmp_path):
     inner.eval()
     minibatch_forward(trainer.model, mb, trainer.cfg, timer=ModelTimer(trainer.device), where="test")
     assert all(m.training for m in trainer.model.modules())
+
+
+def test_finite_inputs_whose_sum_overflows_are_accepted_and_a_nan_is_still_found():
+    """Catches: a finiteness check decided by the sum alone (finite float32 log-probs whose sum overflows would be
+    refused), and a fast path that lets a NaN or inf at a valid token through."""
+    from sapo_lab.errors import NonFiniteError
+
+    logp, behavior, adv, mask = random_batch(3, 4, lengths=[4, 4, 4])
+    big = torch.full((3, 4), -3e38)  # finite in float32; the sum is -inf
+    out = policy_loss(big, big, adv, mask)
+    assert torch.isfinite(out.loss)
+    policy_loss(logp, behavior, torch.full((3,), 3e38), mask)  # advantages: finite, their sum overflows
+    for bad in (float("nan"), float("inf")):
+        poisoned = behavior.clone()
+        poisoned[1, 2] = bad
+        with pytest.raises(NonFiniteError, match=r"behavior_logp .* \[\(1, 2\)\]"):
+            policy_loss(logp, poisoned, adv, mask)
+        with pytest.raises(NonFiniteError, match="advantages"):
+            policy_loss(logp, behavior, torch.tensor([0.0, bad, 1.0]), mask)
+    short = mask_from_lengths([4, 2, 4], 4)
+    padded = behavior.clone()
+    padded[1, 3] = float("nan")  # padding: not a valid token, allowed
+    policy_loss(logp, padded, adv, short)

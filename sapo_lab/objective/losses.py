@@ -58,6 +58,12 @@ def _checked_numbers(loss_type: str, settings: tuple) -> None:
     kernel_for(loss_type).check(*settings)  # raises for bad settings, and a raise is not cached
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    """True when every entry is finite, decided from the sum: one NaN or inf makes it non-finite. False can also
+    mean a sum that overflowed, so the caller then checks entry by entry."""
+    return bool(torch.isfinite(t.detach().sum()))
+
+
 def _check_inputs(logp, behavior_logp, advantages, mask):
     for name, t in (("logp", logp), ("behavior_logp", behavior_logp), ("advantages", advantages), ("mask", mask)):
         if not isinstance(t, torch.Tensor):
@@ -81,13 +87,13 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
     if not bool(m.any()):
         raise ValueError("mask selects no valid token: every response is empty")
     for name, t in (("logp", logp), ("behavior_logp", behavior_logp)):
-        if bool(torch.isfinite(t.detach()).all()):  # the common case, decided by one reduction
+        if _all_finite(t):
             continue
         bad = m & ~torch.isfinite(t.detach())
         if bool(bad.any()):
             where = [tuple(int(i) for i in idx) for idx in bad.nonzero()[:5]]
             raise NonFiniteError(f"{name} is NaN or infinite at valid (response, token) positions {where}")
-    if not bool(torch.isfinite(advantages.detach()).all()):
+    if not _all_finite(advantages) and not bool(torch.isfinite(advantages.detach()).all()):
         raise NonFiniteError("advantages contain NaN or inf")
     return m
 
