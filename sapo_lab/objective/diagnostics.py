@@ -68,12 +68,13 @@ def advantage_sign_counts(advantages: torch.Tensor, mask: torch.Tensor | None = 
     ``adv_neg_tokens``, ``adv_zero_tokens``.
     """
     a = advantages.detach()
-    out = {"adv_pos": int((a > 0).sum()), "adv_neg": int((a < 0).sum()), "adv_zero": int((a == 0).sum())}
+    signs = torch.stack((a > 0, a < 0, a == 0))  # (3, batch): integer counts from one tensor, read back at once
+    out = dict(zip(("adv_pos", "adv_neg", "adv_zero"), signs.sum(-1).tolist(), strict=True))
     if mask is not None:
         _check_advantages(a, mask)
         lengths = check_mask(mask).sum(-1)
-        for key, sel in (("pos", a > 0), ("neg", a < 0), ("zero", a == 0)):
-            out[f"adv_{key}_tokens"] = int(lengths[sel].sum())
+        tokens = (signs * lengths).sum(-1).tolist()
+        out.update(zip(("adv_pos_tokens", "adv_neg_tokens", "adv_zero_tokens"), tokens, strict=True))
     return out
 
 
