@@ -110,8 +110,8 @@ def test_a_registered_kernel_reaches_config_metrics_comparison_and_trl(band_kern
         return metrics_row(1, batch, [UpdateResult(0.0, 0.0, 0)], lr=0.0, loss_type=loss_type, counters={},
                            step_s=1.0, model_s=0.5, elapsed_s=1.0)
 
-    assert "clip_frac" in row("test_band") and row("test_band")["clip_frac"] is None  # a clip with nothing measured
-    assert "clip_frac" not in row("sapo")  # no clip at all
+    assert "losses/clip_frac" in row("test_band") and row("test_band")["losses/clip_frac"] is None  # a clip with nothing measured
+    assert "losses/clip_frac" not in row("sapo")  # no clip at all
 
 
 # --- each row's metadata against its kernel's behaviour --------------------------------------------

@@ -65,10 +65,11 @@ class Run:
     def series(self, metric: str) -> tuple[list[int], list[float]]:
         """(steps, values) of ``metric`` over the rows where it was measured (not null, finite).
 
-        ``metric`` is a row key (``eval/dev_pass1``) or a flat name from before the namespaces;
-        an unknown name is a ``ValueError``, not an empty series.
+        ``metric`` is a row key (``eval/dev_pass1``, or a key a callback added to the rows) or a flat
+        name from before the namespaces; an unknown name is a ``ValueError``, not an empty series.
         """
-        steps, values, key = [], [], canonical(metric)
+        steps, values = [], []
+        key = metric if any(metric in r for r in self.rows) else canonical(metric)
         for r in self.rows:
             v = r.get(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
