@@ -4,16 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from _micro import MICRO
+from _micro import micro_args
 
 from sapo_lab.cli import main, parse_overrides
-
-
-def _micro_args():
-    args = []
-    for k, v in MICRO.items():
-        args += [f"--{k}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
-    return args
 
 
 @pytest.mark.parametrize(
@@ -48,19 +41,18 @@ def test_parse_overrides():
 
 def test_train_eval_sample_compare(tmp_path, capsys):
     run = str(tmp_path / "run")
-    assert main(["train", "--output-dir", run, *_micro_args()]) == 0
+    assert main(["train", "--output-dir", run, *micro_args()]) == 0
     out = capsys.readouterr().out
     assert "cold-start Pass@1" in out and "final Pass@1" in out
     summary = json.load(open(os.path.join(run, "summary.json")))
     assert summary["seed"] == 0 and summary["loss_type"] == "sapo"
     model = os.path.join(run, "final_model")
-    assert main(["eval", "--model", model, *_micro_args()]) == 0
+    assert main(["eval", "--model", model, *micro_args()]) == 0
     assert "Pass@1" in capsys.readouterr().out
-    assert main(["sample", "--model", model, "--num", "3", *_micro_args()]) == 0
+    assert main(["sample", "--model", model, "--num", "3", *micro_args()]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 3
     cmp_dir = str(tmp_path / "cmp")
-    args = _micro_args()
-    args[args.index("--optimization.max_steps") + 1] = "2"
+    args = micro_args(**{"optimization.max_steps": 2})
     assert main(["compare", "--loss-types", "sapo,grpo", "--seeds", "0", "--output-dir", cmp_dir, *args]) == 0
     rows = json.load(open(os.path.join(cmp_dir, "results.json")))
     assert [r["loss_type"] for r in rows] == ["sapo", "grpo"]
@@ -90,8 +82,7 @@ def test_train_from_a_saved_hugging_face_directory(tmp_path, capsys):
     PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>").save_pretrained(model_dir)
     GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_embd=16, n_layer=1, n_head=2, n_positions=32)).save_pretrained(model_dir)
     run = tmp_path / "run"
-    args = _micro_args()
-    args[args.index("--optimization.max_steps") + 1] = "2"
+    args = micro_args(**{"optimization.max_steps": 2})
     assert main(["train", "--model", str(model_dir), "--output-dir", str(run), *args]) == 0
     summary = json.load(open(run / "summary.json"))
     assert summary["config"]["model"]["name_or_path"] == str(model_dir)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from _fault_driver import use_parity_reward
-from _micro import MICRO
+from _micro import micro_args
 
 import sapo_lab
 from sapo_lab.cli import main
@@ -27,13 +27,6 @@ from sapo_lab.training.checkpoint import select_checkpoint, verify_checkpoint
 TIME = "time/"  # seconds on this machine: the only keys two equal runs may differ in
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sapo_lab.__file__)))
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fault_driver.py")
-
-
-def micro_args(**extra):
-    args = []
-    for k, v in {**MICRO, **extra}.items():
-        args += [f"--{k}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
-    return args
 
 
 def rows(run):

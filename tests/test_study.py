@@ -6,19 +6,19 @@ import json
 import os
 
 import pytest
-from _micro import MICRO
+from _micro import MICRO, PRESET
 
 from sapo_lab.cli import main
 from sapo_lab.studies import collapse_verdict, expand_runs, load_declaration, run_study
 
-BASE = {k: v for k, v in MICRO.items() if k not in ("optimization.max_steps", "max_train_time_s")}
+BASE = {k: v for k, v in MICRO.items() if k != "optimization.max_steps"}  # the budget is the study's
 
 
 def _write_study(tmp_path, **extra):
     study = {
         "name": "tiny",
         "description": "test",
-        "preset": "cpu-tiny",
+        "preset": PRESET,
         "base": BASE,
         "methods": {"sapo": {"loss_type": "sapo"}, "grpo": {"loss_type": "grpo"}},
         "seeds": [0],
