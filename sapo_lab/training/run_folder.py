@@ -201,8 +201,8 @@ class RunFolder:
         return self.file(SNAPSHOTS)
 
     def write_config(self, cfg) -> None:
-        """``config.json``: the resolved config, keys sorted."""
-        write_json(self.config, cfg.to_dict(), sort_keys=True)
+        """``config.json``: the resolved config (its format is ``TrainConfig.save``'s)."""
+        cfg.save(self.config)
 
     def write_cold_start_eval(self, report: dict) -> None:
         write_json(self.cold_start_eval, report)
