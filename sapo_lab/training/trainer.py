@@ -54,7 +54,6 @@ from .update import UpdateResult, compare_gradients, learning_rate_at, minibatch
 
 __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
 
-# What :meth:`Trainer.start` creates. Reading one of them first starts the run.
 
 class Trainer:
     """One run directory (:class:`sapo_lab.training.run_folder.RunFolder`) and the loop that fills it.
