@@ -49,7 +49,7 @@ from sapo_lab.training.device import ModelTimer
 from sapo_lab.training.evaluation import dev_pass1, evaluate
 from sapo_lab.training.metrics import _loss_columns, metrics_row
 from sapo_lab.training.model import build_model, response_logprobs
-from sapo_lab.training.rollout import rollout
+from sapo_lab.training.rollout import rollout, sample
 from sapo_lab.training.tokenizer import build_char_tokenizer
 from sapo_lab.training.trainer import Trainer
 from sapo_lab.training.update import UpdateResult, minibatch_forward
@@ -129,12 +129,14 @@ def test_the_row_gets_the_runs_gate_temperatures(tmp_path, spy):
 
 
 def test_step_time_is_split_into_model_work_and_the_rest(tmp_path, spy):
+    """Sampling is model work: slowed down here by 0.3 s a call, it must show in the step's model time."""
     batches, built = spy(rollout), spy(metrics_row)
+    spy(sample, on_call=lambda call: time.sleep(0.3))
     run = str(tmp_path / "run")
     Trainer(micro(max_steps=2, dev_every=5), run, reward_fn=parity_reward, **QUIET).train()
     for call, row, b in zip(built, metrics_rows(run), batches, strict=True):
         step_s, model_s = call.kwargs["step_s"], call.kwargs["model_s"]
-        assert b.result.sample_s > 0 and b.result.sample_s <= model_s <= step_s
+        assert 0.3 <= b.result.sample_s <= model_s <= step_s
         assert row["time/step_s"] == step_s
         assert row["time/non_model_frac"] == pytest.approx(1 - model_s / step_s, rel=1e-9)
 
