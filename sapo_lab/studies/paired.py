@@ -86,14 +86,6 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def _normal_quantile(p: float) -> float:
-    lo, hi = -40.0, 40.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if 0.5 * math.erfc(-mid / math.sqrt(2)) < p else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
 def _noncentral_t_sf(c: float, df: float, ncp: float, nodes: int = 4000) -> float:
     """P(T' > c) for a noncentral t: E_V[Phi(ncp - c sqrt(V/df))], V ~ chi-square(df), by quadrature."""
     upper = df + 60.0 * math.sqrt(2.0 * df) + 60.0

@@ -31,7 +31,6 @@ DEV_PASS1 = "eval/dev_pass1"
 REWARD_MEAN = "rollout/reward_mean"
 ELAPSED_S = "time/elapsed_s"
 DEV_EVAL_S = "time/dev_eval_s"
-NON_MODEL_FRAC = "time/non_model_frac"
 TOKENS_GENERATED_TOTAL = "counters/tokens_generated"
 
 # Flat names of rows written before the namespaces, by namespace (the ``ratio_`` and ``total_``
