@@ -3,7 +3,7 @@ import os
 
 import pytest
 import torch
-from _micro import QUIET, micro, parity_reward
+from _micro import QUIET, metrics_rows, micro, parity_reward
 
 from sapo_lab.training.trainer import TrainingDiverged, learning_rate_at, train
 
@@ -73,11 +73,32 @@ def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
     assert out["status"] == "interrupted" and out["step"] == 2
     assert not os.path.exists(os.path.join(part, "summary.json"))
     resumed = train(cfg, part, resume=True, reward_fn=parity_reward, **QUIET)
+    timed = metrics_rows(part)  # the wall clock goes on from the checkpoint's elapsed time
+    grown = timed[2]["time/step_s"] + timed[2].get("time/dev_eval_s", 0.0)
+    assert timed[2]["time/elapsed_s"] == pytest.approx(timed[1]["time/elapsed_s"] + grown, rel=1e-9)
     rows = _rows(part)
     assert rows == _rows(str(tmp_path / "full"))
     assert all(r["optim/grad_norm"] > 0 for r in rows) and len({r["rollout/entropy_mean"] for r in rows}) == 4
     full = json.load(open(tmp_path / "full" / "summary.json"))
     assert resumed["final_pass1"] == full["final_pass1"] and resumed["final_eval"] == full["final_eval"]
+
+
+def test_a_reward_drawing_from_torchs_generator_resumes_exactly(tmp_path):
+    """A stochastic reward (here: a coin from torch's global generator) is the one user of that generator in
+    the loop; the checkpoint's copy of its state makes the resumed run equal the uninterrupted one.
+    Catches that state not restored on resume, and the generator not seeded from the run seed at start."""
+
+    def coin(text, finished, problem):
+        return float(torch.rand(()) < 0.5), "wrong"
+
+    cfg = micro(save_steps=10)
+    train(cfg, str(tmp_path / "full"), reward_fn=coin, **QUIET)
+    part = str(tmp_path / "part")
+    stop = lambda trainer, row: trainer.request_stop() if row["step"] == 2 else None  # noqa: E731
+    assert train(cfg, part, reward_fn=coin, **QUIET, on_step_end=stop)["status"] == "interrupted"
+    torch.rand(1000)  # whatever happens in between
+    train(cfg, part, resume=True, reward_fn=coin, **QUIET)
+    assert _rows(part) == _rows(str(tmp_path / "full"))
 
 
 def test_existing_run_is_not_overwritten(tmp_path):

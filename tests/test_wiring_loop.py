@@ -29,8 +29,17 @@ test_partial_credit_never_counts_as_solved
     Pass@1 counting any positive reward as solved instead of the verifier's "correct"
 test_cold_start_loss_covers_the_answer_and_eos_only
     the supervised loss mask covering the prompt as well
-test_cold_start_stops_at_its_target
-    the cold start ignoring target_pass1 (always max_updates)
+test_cold_start_uses_its_settings
+    the cold start ignoring target_pass1 (always max_updates); its batch size hard-coded; its dev checks
+    sampling at T = 1 instead of the rollout temperature
+test_a_run_ends_with_a_checkpoint_of_its_last_step
+    no checkpoint at the end of a run whose last step is off the save_steps cadence
+test_a_zero_gradient_minibatch_still_takes_its_optimizer_step
+    an all-zero-advantage minibatch skipping optimizer.step()
+test_the_summary_reports_the_evaluations_it_names
+    pass1_gain with its sign flipped
+test_torchs_generator_follows_the_run_seed_with_a_cached_cold_start
+    torch's global generator not seeded from the run seed when the loop starts
 test_cold_start_cache_key_covers_what_decides_the_cold_start
     the cache key without the sampling temperature (the dev checks sample at it), or any other input
 """
@@ -44,9 +53,11 @@ from _micro import QUIET, metrics_rows, micro, parity_reward
 
 import sapo_lab.training.trainer  # noqa: F401  binds every function a spy replaces
 from sapo_lab.tasks import task_for
+from sapo_lab.training.checkpoint import latest_checkpoint
 from sapo_lab.training.cold_start import cold_start_key, sft_batch, train_cold_start
 from sapo_lab.training.device import ModelTimer
-from sapo_lab.training.evaluation import dev_pass1, evaluate
+from sapo_lab.training.evaluation import dev_pass1, evaluate, held_out_eval
+from sapo_lab.training.lifecycle import run_summary
 from sapo_lab.training.metrics import _loss_columns, metrics_row
 from sapo_lab.training.model import build_model, response_logprobs
 from sapo_lab.training.rollout import rollout, sample
@@ -230,14 +241,70 @@ def test_cold_start_loss_covers_the_answer_and_eos_only():
 
 
 @pytest.mark.parametrize("target,updates", [(0.0, 2), (1.0, 4)])
-def test_cold_start_stops_at_its_target(target, updates):
-    cfg = micro(target_pass1=target, max_updates=4, eval_every=2)
+def test_cold_start_uses_its_settings(target, updates, spy):
+    """Its batch size, its target (checked every eval_every updates) and dev checks that sample at the
+    rollout temperature with the task's verifier, one sample per dev problem."""
+    batches, checks = spy(sft_batch), spy(evaluate)
+    cfg = micro(target_pass1=target, max_updates=4, eval_every=2, batch_size=8, temperature=1.3)
     task = task_for(cfg)
     tok = build_char_tokenizer(task.alphabet)
     model = build_model("cpu-micro", vocab_size=len(tok), seed=0)
     splits = task.make_splits(seed=0, num_train=40, num_dev=4, num_eval=2)
     report = train_cold_start(model, tok, splits, cfg, torch.device("cpu"), log=lambda m: None, task=task)
-    assert report["updates"] == updates
+    assert report["updates"] == updates == len(batches)
+    assert all(len(c.args[1]) == 8 for c in batches)
+    assert len(checks) == updates // 2
+    assert all(c.kwargs["temperature"] == 1.3 and c.kwargs["reward_fn"] == task.verify for c in checks)
+    assert all(c.args[2] == splits["dev"] and c.kwargs["num_samples"] == 1 for c in checks)
+
+
+def test_a_run_ends_with_a_checkpoint_of_its_last_step(tmp_path):
+    """Off the save_steps cadence too, so that a finished run can be extended with --resume."""
+    run = str(tmp_path / "run")
+    Trainer(micro(max_steps=3, save_steps=2), run, reward_fn=parity_reward, **QUIET).train()
+    assert latest_checkpoint(run).endswith("step-000003")
+
+
+def test_a_zero_gradient_minibatch_still_takes_its_optimizer_step(tmp_path, optimizer_steps):
+    """With every reward equal, every advantage is 0 and no minibatch is trained, yet each still takes its
+    AdamW step (its moments and step count move on as documented in update.py)."""
+    cfg = micro(max_steps=2, steps_per_generation=2, **{"cold_start.max_updates": 0})
+    run = str(tmp_path / "run")
+    Trainer(cfg, run, reward_fn=lambda text, finished, problem: (0.0, "wrong"), **QUIET).train()
+    assert len(optimizer_steps) == 4 and all(s.grad_norm == 0 for s in optimizer_steps)
+    assert [s.state_steps for s in optimizer_steps] == [0, 1, 2, 3]
+    assert metrics_rows(run)[-1]["counters/optimizer_steps"] == 4
+
+
+def test_the_summary_reports_the_evaluations_it_names(tmp_path, spy):
+    reports = spy(held_out_eval)
+    cfg = micro(max_steps=2)
+    summary = Trainer(cfg, str(tmp_path / "run"), reward_fn=parity_reward, **QUIET).train()
+    cold, final = (c.result for c in reports)
+    assert summary["cold_start_pass1"] == cold["pass1"] and summary["final_pass1"] == final["pass1"]
+    assert summary["cold_start_eval"] == cold and summary["final_eval"] == final
+    # The gain is final minus cold start (the micro run's two numbers may well be equal: use unequal ones).
+    made_up = run_summary(cfg, "completed", cold={"pass1": 0.25, "pass1_ci95": [0.2, 0.3]},
+                          final={"pass1": 0.5, "pass1_ci95": [0.4, 0.6]}, steps=2, elapsed=1.0, counters={}, device="cpu")
+    assert made_up["pass1_gain"] == 0.25
+
+
+def test_torchs_generator_follows_the_run_seed_with_a_cached_cold_start(tmp_path):
+    """A second run that takes its cold start from the cache builds no model (whose seeding would also set
+    torch's global generator): the loop's own seeding must make a reward drawing from it repeat."""
+
+    def coin(text, finished, problem):
+        return float(torch.rand(()) < 0.5), "wrong"
+
+    cfg = micro(max_steps=2, **{"cold_start.cache_dir": str(tmp_path / "cache")})
+    first = Trainer(cfg, str(tmp_path / "trained"), reward_fn=coin, **QUIET)
+    first.train()
+    torch.rand(1000)  # whatever happens in between
+    second = Trainer(cfg, str(tmp_path / "cached"), reward_fn=coin, **QUIET)
+    second.train()
+    assert first.cold_eval["cold_start"]["cached"] is False and second.cold_eval["cold_start"]["cached"] is True
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
+    assert strip(metrics_rows(str(tmp_path / "trained"))) == strip(metrics_rows(str(tmp_path / "cached")))
 
 
 @pytest.mark.parametrize(
