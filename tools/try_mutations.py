@@ -1,0 +1,100 @@
+"""Plant each mutation of ``tools/wiring_mutations.py`` in a copy of the repository, one at a time, and run
+the non-slow tests against it: a mutation no test fails on is a gap in the wiring tests.
+
+    python tools/try_mutations.py                       # every mutation, against the tests that caught it
+    python tools/try_mutations.py --suite               # every mutation, against the whole non-slow suite
+    python tools/try_mutations.py --only "KL term" ...  # the mutations whose name contains a text
+
+The copy is the working tree's tracked files (uncommitted edits included) in a temporary folder, so the
+checkout itself is never modified. Exit status 1 when some mutation survived. A mutation takes about
+15 s against its own test file and 30-40 s against the suite on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wiring_mutations import MUTATIONS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The non-slow tests that run the training code; the book, plot and statistics tests never reach it.
+SUITE = "tests"
+NOT_TRAINING = ("test_book", "test_docs", "test_student", "test_plots", "test_browser", "test_build_scope",
+                "test_conformance", "test_analysis", "test_paired", "test_study_results", "test_readme_layout",
+                "test_layers", "test_cli_help", "test_config_committed", "test_mutation_list")
+
+
+def copy_tree(dest: str) -> None:
+    """The tracked files of the working tree (as they are now) under ``dest``."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        src = os.path.join(ROOT, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
+            shutil.copy2(src, os.path.join(dest, rel))
+
+
+def suite_files(tree: str) -> list[str]:
+    names = sorted(f for f in os.listdir(os.path.join(tree, SUITE)) if f.startswith("test_") and f.endswith(".py"))
+    return [f"{SUITE}/{f}" for f in names if f[:-3] not in NOT_TRAINING and not f[:-3].startswith(NOT_TRAINING)]
+
+
+def run_tests(tree: str, targets: list[str]) -> tuple[bool, str]:
+    """``(passed, first failing test)`` of pytest over ``targets`` in ``tree``, stopping at the first failure."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
+           *targets]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tree}
+    proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
+    failed = [line.split(" ")[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return proc.returncode == 0, failed[0] if failed else ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", action="store_true", help="run the whole non-slow training suite for each mutation")
+    ap.add_argument("--only", nargs="+", default=[], help="only mutations whose name contains one of these")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.only or any(text in m.name for text in args.only)]
+    if not chosen:
+        print("error: no mutation matches --only", file=sys.stderr)
+        return 2
+    survived = []
+    with tempfile.TemporaryDirectory(prefix="sapo-mutations-") as tree:
+        copy_tree(tree)
+        passed, failing = run_tests(tree, sorted({m.caught_by.split("::")[0] for m in chosen}))
+        if not passed:
+            print(f"error: the unmutated tests fail ({failing}); fix them first", file=sys.stderr)
+            return 2
+        targets = suite_files(tree) if args.suite else None
+        for i, m in enumerate(chosen, 1):
+            path = os.path.join(tree, m.path)
+            with open(path) as f:
+                source = f.read()
+            if source.count(m.old) != 1:
+                print(f"error: {m.name!r}: its text occurs {source.count(m.old)} times in {m.path}", file=sys.stderr)
+                return 2
+            with open(path, "w") as f:
+                f.write(source.replace(m.old, m.new))
+            t0 = time.perf_counter()
+            try:
+                passed, failing = run_tests(tree, targets or [m.caught_by.split("::")[0]])
+            finally:
+                with open(path, "w") as f:
+                    f.write(source)
+            verdict = "survived" if passed else f"caught by {failing}"
+            print(f"[{i}/{len(chosen)}] {m.name}: {verdict} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            if passed:
+                survived.append(m.name)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} caught" + (f"; survived: {survived}" if survived else ""))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
