@@ -50,3 +50,15 @@ def metrics_rows(run_dir: str) -> list[dict]:
 
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def untimed_rows(run_dir: str) -> list[dict]:
+    """The rows without their ``time/`` keys: seconds on this machine, the only keys two equal runs may differ in."""
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics_rows(run_dir)]
+
+
+def torch_coin_reward(text, finished, problem):
+    """A stochastic reward: a coin from torch's global generator (the one user of that generator in the loop)."""
+    import torch
+
+    return float(torch.rand(()) < 0.5), "wrong"

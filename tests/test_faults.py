@@ -18,20 +18,14 @@ import time
 
 import pytest
 from _fault_driver import use_parity_reward
-from _micro import micro_args
+from _micro import micro_args, untimed_rows
 
 import sapo_lab
 from sapo_lab.cli import main
 from sapo_lab.training.checkpoint import select_checkpoint, verify_checkpoint
 
-TIME = "time/"  # seconds on this machine: the only keys two equal runs may differ in
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sapo_lab.__file__)))
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fault_driver.py")
-
-
-def rows(run):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIME)} for line in f]
 
 
 def snapshot(path):
@@ -60,7 +54,7 @@ def base(tmp_path_factory):
         assert main(["train", "--output-dir", run, *micro_args()]) == 0
     assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["latest.json", "step-000002", "step-000004"]
     # the parity reward reached the trainer: rewards vary, so the updates that resume must reproduce are not zero
-    assert any(0 < r["rollout/reward_mean"] < 1 and r["optim/grad_norm"] > 0 for r in rows(run)), "every update was zero"
+    assert any(0 < r["rollout/reward_mean"] < 1 and r["optim/grad_norm"] > 0 for r in untimed_rows(run)), "every update was zero"
     return run
 
 
@@ -141,7 +135,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(copy, base, ca
     assert any(line.startswith("skipping checkpoint step-000004: ") and reason in line for line in err), err
     assert "resuming from the newest checkpoint that verifies: step-000002" in err
     assert "resumed" in err[-1] and "at step 2" in err[-1]
-    assert rows(copy) == rows(base)  # steps 3 and 4 recomputed exactly from step 2
+    assert untimed_rows(copy) == untimed_rows(base)  # steps 3 and 4 recomputed exactly from step 2
     final_eval = [json.load(open(os.path.join(r, "summary.json")))["final_eval"] for r in (copy, base)]
     assert final_eval[0] == final_eval[1]
     aside = os.path.join(copy, "checkpoints", "damaged-step-000004", name)
@@ -155,7 +149,7 @@ def test_damaged_latest_json_is_named_and_ignored(copy, base, capsys, content):
         f.write(content)
     err = resume(copy, capsys)
     assert any(line.startswith("ignoring damaged ") and "checkpoints/latest.json (not a JSON object" in line for line in err), err
-    assert "at step 4" in err[-1] and rows(copy) == rows(base)
+    assert "at step 4" in err[-1] and untimed_rows(copy) == untimed_rows(base)
 
 
 def test_every_checkpoint_damaged_is_refused_naming_each(copy, capsys):
@@ -181,7 +175,7 @@ def test_half_written_last_metrics_line_is_dropped(copy, base, capsys):
     err = resume(copy, capsys)
     assert any("metrics.jsonl: dropped a half-written last line" in line for line in err), err
     assert any("dropped 1 row(s) past the checkpoint's step 2" in line for line in err), err
-    assert rows(copy) == rows(base)
+    assert untimed_rows(copy) == untimed_rows(base)
 
 
 def test_damaged_middle_metrics_line_is_refused(copy, capsys):
@@ -200,7 +194,7 @@ def test_checkpoint_without_manifest_loads_with_an_explanation(copy, base, capsy
     err = resume(copy, capsys)
     assert any(line.startswith("skipping checkpoint step-000004: optimizer.safetensors cannot be read") for line in err), err
     assert any("step-000002 has no manifest.json (written by an older sapo_lab)" in line for line in err), err
-    assert rows(copy) == rows(base)
+    assert untimed_rows(copy) == untimed_rows(base)
 
 
 def test_damaged_cold_start_is_refused(copy, capsys):
@@ -240,7 +234,7 @@ def test_folder_with_a_users_files_is_refused_then_overwritten_on_request(base, 
     assert rc == 0
     assert any(line.startswith("--overwrite: removed config.json, metrics.jsonl") and "kept notes.txt" in line for line in err)
     assert open(os.path.join(run, "notes.txt")).read() == "keep me"
-    assert rows(run) == rows(base)
+    assert untimed_rows(run) == untimed_rows(base)
 
 
 def test_leftover_checkpoints_of_another_run_are_refused_then_removed_on_overwrite(copy, base, capsys):
@@ -252,7 +246,8 @@ def test_leftover_checkpoints_of_another_run_are_refused_then_removed_on_overwri
     assert_refused(argv, capsys, copy, "already holds a run's files but no config.json")
     rc, err = cli([*argv, "--overwrite"], capsys)
     assert rc == 0, err
-    assert [r["step"] for r in rows(copy)] == [1, 2, 3, 4] and rows(copy) != rows(base)  # seed 1's own rows
+    got = untimed_rows(copy)
+    assert [r["step"] for r in got] == [1, 2, 3, 4] and got != untimed_rows(base)  # seed 1's own rows
     state = json.load(open(os.path.join(ckpt(copy, 2), "state.json")))
     assert state["config"]["seed"] == 1  # the old run's checkpoint did not survive into the new one
 
@@ -271,7 +266,7 @@ def test_same_config_killed_before_its_first_checkpoint_starts_again(copy, base,
     assert rc == 0, err
     assert any("stopped before its first checkpoint: starting it again" in line for line in err), err
     assert any("removed 1 half-written leftover" in line for line in err), err
-    assert rows(copy) == rows(base) and not os.path.exists(os.path.join(copy, "cold_start.tmp-999"))
+    assert untimed_rows(copy) == untimed_rows(base) and not os.path.exists(os.path.join(copy, "cold_start.tmp-999"))
 
 
 def test_output_dir_that_is_a_file_and_contradictory_flags(tmp_path, copy, capsys):
@@ -287,8 +282,8 @@ def test_output_dir_that_is_a_file_and_contradictory_flags(tmp_path, copy, capsy
 def test_resume_may_extend_max_steps(copy, base, capsys):
     err = resume(copy, capsys, "--max_steps", "6")
     assert "--resume changes optimization.max_steps: 4 -> 6" in err
-    got = rows(copy)
-    assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6] and got[:4] == rows(base)
+    got = untimed_rows(copy)
+    assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6] and got[:4] == untimed_rows(base)
     assert json.load(open(os.path.join(copy, "config.json")))["optimization"]["max_steps"] == 6
     assert json.load(open(os.path.join(copy, "summary.json")))["steps"] == 6
     kept = open(os.path.join(copy, "summary.step-000004.json")).read()
@@ -303,7 +298,7 @@ def test_resume_may_set_a_time_limit_and_repeat_saved_values(copy, base, capsys)
     err = resume(copy, capsys, "--max_train_time_s", "100", "--seed", "0", "--loss_type", "sapo")
     assert "--resume changes max_train_time_s: 0.0 -> 100.0" in err
     assert json.load(open(os.path.join(copy, "config.json")))["max_train_time_s"] == 100.0
-    assert rows(copy) == rows(base)
+    assert untimed_rows(copy) == untimed_rows(base)
 
 
 @pytest.mark.parametrize(
@@ -328,7 +323,7 @@ def test_resume_with_the_preset_named_compares_only_what_it_sets(copy, base, cap
     err = resume(copy, capsys, "--config", "cpu-tiny")
     assert "--resume changes max_train_time_s: 0.0 -> 290.0" in err
     assert not any("changes" in line and "max_train_time_s" not in line for line in err), err
-    assert rows(copy) == rows(base)
+    assert untimed_rows(copy) == untimed_rows(base)
 
 
 def test_resume_with_another_config_file_compares_all_of_it(copy, tmp_path, capsys):
@@ -363,11 +358,11 @@ def test_divergence_after_a_checkpoint_keeps_it_and_resume_continues(base, tmp_p
     assert err[-1].startswith("error: training diverged at step 4") and err[-1].endswith("step-000002"), err
     assert select_checkpoint(run) == (ckpt(run, 2), [], True)  # it verifies
     assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["latest.json", "step-000002"]
-    assert rows(run) == rows(base)[:3]  # row 3 was finite and stays until the resume recomputes it
+    assert untimed_rows(run) == untimed_rows(base)[:3]  # row 3 was finite and stays until the resume recomputes it
     assert not os.path.exists(os.path.join(run, "summary.json")) and not os.path.exists(os.path.join(run, "final_model"))
     monkeypatch.setattr(Trainer, "train_step", real_step)
     resume(run, capsys)
-    assert rows(run) == rows(base)
+    assert untimed_rows(run) == untimed_rows(base)
 
 
 # ---------------------------------------------------------------- kills (subprocesses)
@@ -389,7 +384,7 @@ def test_sigkill_while_a_checkpoint_is_written(base, tmp_path, capsys):
     assert select_checkpoint(run)[0] == ckpt(run, 2)
     err = resume(run, capsys)
     assert any(line.startswith("removed 1 half-written leftover") and ".tmp-step-000004-" in line for line in err), err
-    assert rows(run) == rows(base)
+    assert untimed_rows(run) == untimed_rows(base)
     assert not [n for n in os.listdir(os.path.join(run, "checkpoints")) if n.startswith(".tmp")]
 
 
@@ -422,7 +417,7 @@ def test_sigkill_at_a_random_moment_then_resume_reproduces(base, tmp_path, capsy
         assert rc == 0 and any("starting it again" in line for line in err), err
     else:
         resume(run, capsys)
-    assert rows(run) == rows(base)  # save_steps changes no number
+    assert untimed_rows(run) == untimed_rows(base)  # save_steps changes no number
     assert not [n for n in os.listdir(os.path.join(run, "checkpoints")) if n.startswith(".tmp")]
 
 
@@ -442,7 +437,7 @@ def test_sigint_checkpoints_and_exits_130_then_resume_reproduces(base, tmp_path,
         else:
             assert select_checkpoint(run)[2] is True  # the checkpoint Ctrl-C wrote verifies
             resume(run, capsys)
-    assert rows(run) == rows(base)
+    assert untimed_rows(run) == untimed_rows(base)
 
 
 # ---------------------------------------------------------------- durability

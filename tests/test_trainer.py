@@ -3,16 +3,9 @@ import os
 
 import pytest
 import torch
-from _micro import QUIET, metrics_rows, micro, parity_reward
+from _micro import QUIET, metrics_rows, micro, parity_reward, torch_coin_reward, untimed_rows
 
 from sapo_lab.training.trainer import TrainingDiverged, learning_rate_at, train
-
-TIME = "time/"  # seconds on this machine: the only keys two equal runs may differ in
-
-
-def _rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIME)} for line in f]
 
 
 @pytest.mark.parametrize("loss_type", ["sapo", "grpo", "gspo"])
@@ -34,7 +27,7 @@ def test_end_to_end_each_loss_type(tmp_path, loss_type):
     assert summary["loss_type"] == loss_type and summary["config"]["loss"]["loss_type"] == loss_type
     on_disk = json.load(open(os.path.join(run, "summary.json")))
     assert on_disk["final_pass1"] == summary["final_pass1"]
-    rows = _rows(run)
+    rows = untimed_rows(run)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for key in (
         "rollout/reward_mean",
@@ -76,8 +69,8 @@ def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
     timed = metrics_rows(part)  # the wall clock goes on from the checkpoint's elapsed time
     grown = timed[2]["time/step_s"] + timed[2].get("time/dev_eval_s", 0.0)
     assert timed[2]["time/elapsed_s"] == pytest.approx(timed[1]["time/elapsed_s"] + grown, rel=1e-9)
-    rows = _rows(part)
-    assert rows == _rows(str(tmp_path / "full"))
+    rows = untimed_rows(part)
+    assert rows == untimed_rows(str(tmp_path / "full"))
     assert all(r["optim/grad_norm"] > 0 for r in rows) and len({r["rollout/entropy_mean"] for r in rows}) == 4
     full = json.load(open(tmp_path / "full" / "summary.json"))
     assert resumed["final_pass1"] == full["final_pass1"] and resumed["final_eval"] == full["final_eval"]
@@ -86,19 +79,15 @@ def test_interrupted_and_resumed_run_reproduces_uninterrupted(tmp_path):
 def test_a_reward_drawing_from_torchs_generator_resumes_exactly(tmp_path):
     """A stochastic reward (here: a coin from torch's global generator) is the one user of that generator in
     the loop; the checkpoint's copy of its state makes the resumed run equal the uninterrupted one.
-    Catches that state not restored on resume, and the generator not seeded from the run seed at start."""
-
-    def coin(text, finished, problem):
-        return float(torch.rand(()) < 0.5), "wrong"
-
+    Catches that state not restored on resume."""
     cfg = micro(save_steps=10)
-    train(cfg, str(tmp_path / "full"), reward_fn=coin, **QUIET)
+    train(cfg, str(tmp_path / "full"), reward_fn=torch_coin_reward, **QUIET)
     part = str(tmp_path / "part")
     stop = lambda trainer, row: trainer.request_stop() if row["step"] == 2 else None  # noqa: E731
-    assert train(cfg, part, reward_fn=coin, **QUIET, on_step_end=stop)["status"] == "interrupted"
+    assert train(cfg, part, reward_fn=torch_coin_reward, **QUIET, on_step_end=stop)["status"] == "interrupted"
     torch.rand(1000)  # whatever happens in between
-    train(cfg, part, resume=True, reward_fn=coin, **QUIET)
-    assert _rows(part) == _rows(str(tmp_path / "full"))
+    train(cfg, part, resume=True, reward_fn=torch_coin_reward, **QUIET)
+    assert untimed_rows(part) == untimed_rows(str(tmp_path / "full"))
 
 
 def test_existing_run_is_not_overwritten(tmp_path):
@@ -127,7 +116,7 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_kl_to_reference_is_logged_when_beta_is_set(tmp_path):
     train(micro(beta=0.1, max_steps=2), str(tmp_path), **QUIET)
-    rows = _rows(str(tmp_path))
+    rows = untimed_rows(str(tmp_path))
     assert all("losses/kl_ref" in r for r in rows) and rows[0]["losses/kl_ref"] >= 0
 
 

@@ -49,7 +49,7 @@ import time
 
 import pytest
 import torch
-from _micro import QUIET, metrics_rows, micro, parity_reward
+from _micro import QUIET, metrics_rows, micro, parity_reward, torch_coin_reward, untimed_rows
 
 import sapo_lab.training.trainer  # noqa: F401  binds every function a spy replaces
 from sapo_lab.tasks import task_for
@@ -292,19 +292,14 @@ def test_the_summary_reports_the_evaluations_it_names(tmp_path, spy):
 def test_torchs_generator_follows_the_run_seed_with_a_cached_cold_start(tmp_path):
     """A second run that takes its cold start from the cache builds no model (whose seeding would also set
     torch's global generator): the loop's own seeding must make a reward drawing from it repeat."""
-
-    def coin(text, finished, problem):
-        return float(torch.rand(()) < 0.5), "wrong"
-
     cfg = micro(max_steps=2, **{"cold_start.cache_dir": str(tmp_path / "cache")})
-    first = Trainer(cfg, str(tmp_path / "trained"), reward_fn=coin, **QUIET)
+    first = Trainer(cfg, str(tmp_path / "trained"), reward_fn=torch_coin_reward, **QUIET)
     first.train()
     torch.rand(1000)  # whatever happens in between
-    second = Trainer(cfg, str(tmp_path / "cached"), reward_fn=coin, **QUIET)
+    second = Trainer(cfg, str(tmp_path / "cached"), reward_fn=torch_coin_reward, **QUIET)
     second.train()
     assert first.cold_eval["cold_start"]["cached"] is False and second.cold_eval["cold_start"]["cached"] is True
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
-    assert strip(metrics_rows(str(tmp_path / "trained"))) == strip(metrics_rows(str(tmp_path / "cached")))
+    assert untimed_rows(str(tmp_path / "trained")) == untimed_rows(str(tmp_path / "cached"))
 
 
 @pytest.mark.parametrize(
