@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from sapo_lab.cli import parse_overrides  # noqa: E402
+from sapo_lab.runs.config import load_config  # noqa: E402
 from sapo_lab.tasks import task_for  # noqa: E402
-from sapo_lab.training.config import load_config  # noqa: E402
 from sapo_lab.training.model import MODEL_SIZES, build_model, count_parameters  # noqa: E402
 from sapo_lab.training.trainer import train  # noqa: E402
 

@@ -30,9 +30,9 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 from sapo_lab.integrations.trl_export import export  # noqa: E402
+from sapo_lab.runs.config import load_config  # noqa: E402
 from sapo_lab.tasks import splits_for, task_for  # noqa: E402
 from sapo_lab.training.cold_start import get_cold_start, save_pretrained_atomic  # noqa: E402
-from sapo_lab.training.config import load_config  # noqa: E402
 from sapo_lab.training.evaluation import held_out_eval  # noqa: E402
 from sapo_lab.training.model import load_model_and_tokenizer  # noqa: E402
 from sapo_lab.training.seeds import final_eval_seed  # noqa: E402

@@ -41,9 +41,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import sapo_lab  # noqa: E402
+from sapo_lab.runs.config import load_config  # noqa: E402
 from sapo_lab.tasks import splits_for, task_for  # noqa: E402
 from sapo_lab.training.cold_start import get_cold_start  # noqa: E402
-from sapo_lab.training.config import load_config  # noqa: E402
 from sapo_lab.training.trainer import train  # noqa: E402
 
 # Config overrides per benchmark task, on top of the cpu-tiny preset.

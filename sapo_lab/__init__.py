@@ -23,7 +23,7 @@ _LAZY = {
     "LOSS_TYPES": "objective.losses", "PolicyLossOutput": "objective.losses", "policy_loss": "objective.losses",
     "aggregation_weights": "objective.masks", "mask_from_lengths": "objective.masks", "masked_mean": "objective.masks",
     "response_lengths": "objective.masks",
-    "TrainConfig": "training.config", "load_config": "training.config",
+    "TrainConfig": "runs.config", "load_config": "runs.config",
     "evaluate": "training.evaluation", "pass_at_k": "training.evaluation",
     "build_model": "training.model", "load_model_and_tokenizer": "training.model",
     "response_logprobs": "training.model",

@@ -1,13 +1,15 @@
 """The package's layers and the imports each may make (checked by tests/test_layers.py).
 
 Lower layers never import higher ones, so the loss library loads with torch alone and
-tasks with the standard library. ``viz`` may import ``training`` because its plots read run
-folders through the one ``metrics.jsonl`` reader (:mod:`sapo_lab.training.run_folder`); only
-``viz.plots`` does, so the book's explorers (``viz.explore``) still load without torch. The
-leaves in ``SHARED`` (errors, the version) may be imported by every layer.
+tasks with the standard library. ``runs`` owns what a run and a study leave on disk (config,
+run and study folders, checkpoints, metric names); ``training`` (the loop and the model)
+builds on it. ``viz`` imports ``runs`` only, for the plots' one ``metrics.jsonl`` reader
+(:mod:`sapo_lab.runs.run_folder`), and only ``viz.plots`` does, so the book's explorers
+(``viz.explore``) still load without torch. The leaves in ``SHARED`` (errors, the version)
+may be imported by every layer.
 """
 
-SHARED = {"errors", "_version", "_lazy", "layers"}
+SHARED = {"errors", "_version", "_lazy", "layers", "book_data"}
 
 # layer -> the sapo_lab layers it may import (besides itself)
 ALLOWED = {
@@ -15,16 +17,19 @@ ALLOWED = {
     "_version": set(),
     "_lazy": set(),
     "layers": set(),
+    "book_data": set(),
     "objective": set(),
     "tasks": set(),
     "conformance": set(),
-    "viz": {"objective", "tasks", "training"},
-    "training": {"objective", "tasks"},
-    "studies": {"objective", "tasks", "training"},
-    "integrations": {"objective", "tasks", "training"},
-    "cli": {"objective", "tasks", "training", "studies", "integrations", "conformance"},
+    "runs": {"objective", "tasks"},
+    "viz": {"objective", "tasks", "runs"},
+    "training": {"objective", "tasks", "runs"},
+    "studies": {"objective", "tasks", "runs", "training"},
+    "integrations": {"objective", "tasks", "runs", "training"},
+    "course": {"objective", "tasks", "runs", "training"},
+    "cli": {"objective", "tasks", "runs", "training", "studies", "integrations", "conformance", "course"},
     "__main__": {"cli"},
-    "__init__": {"objective", "tasks", "training"},
+    "__init__": {"objective", "tasks", "runs", "training"},
 }
 
 

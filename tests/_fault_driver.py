@@ -11,7 +11,7 @@ import sys
 
 from _micro import parity_reward
 
-import sapo_lab.training.checkpoint as checkpoint_mod
+import sapo_lab.runs.checkpoint as checkpoint_mod
 from sapo_lab.tasks import AdditionTask
 
 

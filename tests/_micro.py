@@ -25,7 +25,7 @@ QUIET = {"log": lambda message: None, "progress": False}
 
 
 def micro(**extra):
-    from sapo_lab.training.config import load_config
+    from sapo_lab.runs.config import load_config
 
     return load_config(PRESET, {**MICRO, **extra})
 

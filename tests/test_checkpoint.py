@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from sapo_lab.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sapo_lab.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sapo_lab.training.model import build_model
 
 

@@ -1,6 +1,6 @@
 """The command line's help: fast, and listing every config key with its default and comment.
 
-The list is generated from training/config.py (sapo_lab.training.config_keys); these tests
+The list is generated from runs/config.py (sapo_lab.runs.config_keys); these tests
 hold it against the imported config tree, so a key added to the tree without reaching the
 help, a default shown that is not the default, or a heavy import before parsing fails here.
 """
@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from sapo_lab.cli import COMMANDS, build_parser, main
-from sapo_lab.training.config import TrainConfig, leaf_keys, load_config, resolve_key
-from sapo_lab.training.config_keys import CONFIG_SOURCE, config_keys
+from sapo_lab.runs.config import TrainConfig, leaf_keys, load_config, resolve_key
+from sapo_lab.runs.config_keys import CONFIG_SOURCE, config_keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_COMMANDS = ["train", "eval", "sample", "compare", "export-trl"]

@@ -2,8 +2,7 @@ import json
 
 import pytest
 
-from sapo_lab.studies.spec import load_declaration
-from sapo_lab.training.config import (
+from sapo_lab.runs.config import (
     PRESETS,
     TrainConfig,
     config_from_dict,
@@ -12,6 +11,7 @@ from sapo_lab.training.config import (
     resolve_key,
     validate,
 )
+from sapo_lab.studies.spec import load_declaration
 
 
 def test_presets_load_and_default_is_cpu_tiny():

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from sapo_lab.runs.config import config_from_dict
 from sapo_lab.studies.expansion import expand_runs
 from sapo_lab.studies.spec import load_declaration
-from sapo_lab.training.config import config_from_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_CONFIGS = sorted(glob.glob(os.path.join(ROOT, "results", "*", "runs", "*", "config.json")))

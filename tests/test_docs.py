@@ -8,7 +8,7 @@ import pkgutil
 from pathlib import Path
 
 import sapo_lab
-from sapo_lab.training import config
+from sapo_lab.runs import config
 
 CONFIG_SOURCE = Path(config.__file__).read_text().splitlines()
 

@@ -22,7 +22,7 @@ from _micro import micro_args, untimed_rows
 
 import sapo_lab
 from sapo_lab.cli import main
-from sapo_lab.training.checkpoint import select_checkpoint, verify_checkpoint
+from sapo_lab.runs.checkpoint import select_checkpoint, verify_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sapo_lab.__file__)))
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fault_driver.py")
@@ -446,7 +446,7 @@ def test_sigint_checkpoints_and_exits_130_then_resume_reproduces(base, tmp_path,
 def test_checkpoint_files_are_fsynced_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
     import torch
 
-    import sapo_lab.training.checkpoint as ck
+    import sapo_lab.runs.checkpoint as ck
     from sapo_lab.training.model import build_model
 
     events = []

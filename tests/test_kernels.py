@@ -315,7 +315,7 @@ def test_new_loss_types_are_offered_and_bad_options_still_raise():
 # --- config and training wiring --------------------------------------------------------------------
 
 def test_config_accepts_every_loss_type_and_rejects_others():
-    from sapo_lab.training.config import load_config
+    from sapo_lab.runs.config import load_config
 
     for kind in LOSS_TYPES:
         assert load_config("cpu-tiny", {"loss_type": kind}).loss.loss_type == kind

@@ -102,8 +102,10 @@ def _copy_package(tmp_path):
     "module, line, message",
     [
         ("objective/losses.py", "from ..training import trainer", "objective may not import training"),
-        ("tasks/base.py", "    from ..training.config import TrainConfig", "tasks may not import training"),
+        ("tasks/base.py", "    from ..runs.config import TrainConfig", "tasks may not import runs"),
         ("training/update.py", "from ..studies import paired", "training may not import studies"),
+        ("runs/run_folder.py", "    from ..training.trainer import train", "runs may not import training"),
+        ("runs/config.py", "from ..studies.results import Study", "runs may not import studies"),
     ],
 )
 def test_a_planted_upward_import_is_reported(tmp_path, module, line, message):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from _micro import QUIET, micro, parity_reward
 
+from sapo_lab.runs.metric_names import NAMESPACES, STEP, canonical, is_flat, migrate_row
+from sapo_lab.runs.run_folder import RunDirError, RunFolder, read_metrics
 from sapo_lab.studies.spec import load_declaration
 from sapo_lab.studies.verdicts import collapse_verdict
-from sapo_lab.training.metric_names import NAMESPACES, STEP, canonical, is_flat, migrate_row
-from sapo_lab.training.run_folder import RunDirError, RunFolder, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAT_ROW = json.loads((Path(__file__).parent / "data" / "flat_metrics_row.json").read_text())

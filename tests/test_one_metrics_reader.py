@@ -1,4 +1,4 @@
-"""``metrics.jsonl`` has one reader: sapo_lab.training.run_folder (issue 18, "one owner per concern").
+"""``metrics.jsonl`` has one reader: sapo_lab.runs.run_folder (issue 18, "one owner per concern").
 
 A module that opens the file itself decides on its own what a torn last line or a damaged row
 means, and the study tables, the plots and the trajectory fingerprints would disagree on the
@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "sapo_lab"
-OWNER = pathlib.Path("training") / "run_folder.py"
+OWNER = pathlib.Path("runs") / "run_folder.py"
 FILE_NAME = "metrics.jsonl"
 OPENERS = {"open", "read_text", "read_bytes"}
 

@@ -23,7 +23,7 @@ def test_training_curves_from_metrics_file(tmp_path):
 def test_curves_read_metrics_as_the_run_folder_does(tmp_path):
     """Catches plots parsing metrics.jsonl with a tolerance of their own: a killed run's half-written last
     row must be left out (as the study tables do), a damaged earlier row must be an error naming its line."""
-    from sapo_lab.training.run_folder import RunDirError
+    from sapo_lab.runs.run_folder import RunDirError
 
     rows = [{"step": s, "rollout/reward_mean": s / 10} for s in range(1, 4)]
     text = "".join(json.dumps(r) + "\n" for r in rows)

@@ -201,7 +201,7 @@ def test_a_level_the_kernel_lacks_is_refused_everywhere_with_one_line(name, leve
 def test_the_gradient_comparison_runs_a_kernel_with_the_same_gate(name):
     """Mistake caught: a token twin with another gate (gspo -> sapo), so the token/sequence comparison
     logged for a gspo run would describe a loss that run never trained."""
-    from sapo_lab.training.config import LossConfig
+    from sapo_lab.runs.config import LossConfig
     from sapo_lab.training.update import comparison_kwargs
 
     twin = comparison_kwargs(LossConfig(loss_type=name))["loss_type"]

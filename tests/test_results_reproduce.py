@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from _micro import QUIET
 
+from sapo_lab.runs.config import config_from_dict
 from sapo_lab.studies.environment import kernel_fingerprint
-from sapo_lab.training.config import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX_STEPS = 10  # covers two dev evaluations (dev_every 5) and one gradient comparison (every 10)

@@ -1,4 +1,4 @@
-"""The run folder's owner (sapo_lab.training.run_folder) and its durable writes (sapo_lab.training.durable).
+"""The run folder's owner (sapo_lab.runs.run_folder) and its durable writes (sapo_lab.runs.durable).
 
 Each test names the mistake it catches."""
 
@@ -9,8 +9,8 @@ import pathlib
 import pytest
 from _micro import QUIET, micro
 
-import sapo_lab.training.durable as durable
-from sapo_lab.training.run_folder import (
+import sapo_lab.runs.durable as durable
+from sapo_lab.runs.run_folder import (
     RunDirError,
     RunFolder,
     is_temporary,
@@ -144,10 +144,10 @@ def test_step_folder_names_round_trip():
 
 
 def test_run_file_names_are_spelled_only_by_the_run_folder():
-    """Catches: a module of the training layer writing or reading a run file by its literal name again."""
+    """Catches: a module of the training or runs layer writing or reading a run file by its literal name again."""
     names = ('"metrics.jsonl"', '"summary.json"', '"cold_start_eval.json"', '"resumes.jsonl"', '"step-{')
     offenders = []
-    for path in sorted((PACKAGE / "training").glob("*.py")):
+    for path in sorted([*(PACKAGE / "training").glob("*.py"), *(PACKAGE / "runs").glob("*.py")]):
         if path.name == "run_folder.py":
             continue
         text = path.read_text()

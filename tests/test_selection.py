@@ -84,7 +84,7 @@ def test_pruned_checkpoint_is_an_error_never_a_substitute(tmp_path):
 
 
 def test_torn_last_line_is_left_out_and_a_damaged_middle_line_refused(tmp_path):
-    """The one metrics reader's tolerance (training.run_folder): a torn last row is a killed append and is left
+    """The one metrics reader's tolerance (runs.run_folder): a torn last row is a killed append and is left
     out; a damaged earlier row or a step going backwards is an error naming the line. Catches: selection reading
     its own copy of the rules (refusing the torn row, or accepting damage in the middle), and unordered steps."""
     run = _write_run(tmp_path, _rows())

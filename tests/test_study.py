@@ -160,7 +160,7 @@ def test_grid_expansion_and_cli(tmp_path, capsys):
 def test_declared_studies_resolve():
     """Every experiments/*.json parses and every one of its configs validates (where this branch has its features)."""
     from sapo_lab.objective.losses import LOSS_TYPES
-    from sapo_lab.training.config import leaf_keys
+    from sapo_lab.runs.config import leaf_keys
 
     paths = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "experiments", "*.json")))
     assert len(paths) >= 5, "the issue's five studies are declared"

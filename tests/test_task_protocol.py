@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 from _micro import QUIET, micro
 
+from sapo_lab.runs.config import load_config
 from sapo_lab.tasks import AdditionTask, Problem, Task, make_task, register_task, splits_for
-from sapo_lab.training.config import load_config
 from sapo_lab.training.trainer import Trainer, train
 
 

@@ -8,7 +8,7 @@ from _micro import micro
 from sapo_lab import LOSS_TYPES
 from sapo_lab.integrations import trl as m
 from sapo_lab.objective.registry import KERNELS
-from sapo_lab.training.config import leaf_keys
+from sapo_lab.runs.config import leaf_keys
 
 
 def test_every_config_key_has_exactly_one_row():

@@ -52,8 +52,8 @@ import torch
 from _micro import QUIET, metrics_rows, micro, parity_reward, torch_coin_reward, untimed_rows
 
 import sapo_lab.training.trainer  # noqa: F401  binds every function a spy replaces
+from sapo_lab.runs.checkpoint import latest_checkpoint
 from sapo_lab.tasks import task_for
-from sapo_lab.training.checkpoint import latest_checkpoint
 from sapo_lab.training.cold_start import cold_start_key, sft_batch, train_cold_start
 from sapo_lab.training.device import ModelTimer
 from sapo_lab.training.evaluation import dev_pass1, evaluate, held_out_eval

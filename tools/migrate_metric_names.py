@@ -3,7 +3,7 @@
     python tools/migrate_metric_names.py results [runs ...]
 
 Each file is read by the one metrics reader (which renames a flat row with
-:func:`sapo_lab.training.metric_names.migrate_row`) and written back atomically; a file that is
+:func:`sapo_lab.runs.metric_names.migrate_row`) and written back atomically; a file that is
 already namespaced is left untouched, so running it twice changes nothing. Values are never
 recomputed: a renamed row holds the numbers the run logged.
 """
@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from sapo_lab.training.durable import atomic_write
-from sapo_lab.training.metric_names import is_flat
-from sapo_lab.training.run_folder import read_metrics
+from sapo_lab.runs.durable import atomic_write
+from sapo_lab.runs.metric_names import is_flat
+from sapo_lab.runs.run_folder import read_metrics
 
 
 def migrate_file(path: Path) -> bool:

@@ -4,7 +4,7 @@ Tested against TRL 1.16 (``requirements-trl.txt``). TRL and ``datasets`` are imp
 inside the functions that need them: the declared tables (:data:`MAPPING`, :data:`REFUSALS`,
 :data:`FIXED`, :data:`DIFFERENCES`) are plain Python, so the book renders them without TRL.
 
-Every leaf of :class:`sapo_lab.training.config.TrainConfig` has exactly one row in :data:`MAPPING`:
+Every leaf of :class:`sapo_lab.runs.config.TrainConfig` has exactly one row in :data:`MAPPING`:
 ``mapped`` (a ``GRPOConfig`` field, converted as the note says), ``script`` (used by the
 exported ``train_trl.py``, not by ``GRPOConfig``) or ``dropped`` (with the reason). A value
 TRL cannot reproduce is refused (:data:`REFUSALS`), never silently changed.

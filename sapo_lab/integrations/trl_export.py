@@ -11,7 +11,7 @@ import json
 import os
 import time
 
-from ..training.durable import atomic_write, write_json
+from ..runs.durable import atomic_write, write_json
 from .trl import PROMPT_FORMATS, TESTED_TRL_VERSION, check_supported, per_device_batch_size
 
 SCRIPT_TEMPLATE = '''#!/usr/bin/env python
@@ -42,7 +42,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=None, help="default: the config's")
     ap.add_argument("--cpu", action="store_true", help="force CPU (with several processes: gloo)")
     args = ap.parse_args(argv)
-    from sapo_lab.training.config import config_from_dict
+    from sapo_lab.runs.config import config_from_dict
     from sapo_lab.integrations.trl_export import run_trl
 
     data = dict(CONFIG)
@@ -224,7 +224,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
 
 def export_trl_command(args, overrides) -> int:
     """``python -m sapo_lab export-trl``: validate, write the files, print where they are."""
-    from ..training.config import load_config
+    from ..runs.config import load_config
 
     cfg = load_config(args.config, overrides)
     paths = export(cfg, args.output_dir, source=args.config, model=args.model_path, prompt_format=args.prompt_format)

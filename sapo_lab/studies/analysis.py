@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..training.run_folder import RunFolder
+from ..runs.run_folder import RunFolder
 from .paired import compare, distinct, holm, smallest_n, trajectory_key, two_sided_t_power
 from .results import Run, Study
 

@@ -19,7 +19,7 @@ If a run ended before a token or time budget, the rule picks its final step and 
 (``ended_before_budget``): such a run is not compared at the same budget.
 
 The weights for a step live in ``checkpoints/step-NNNNNN/`` (trainer, every
-``save_steps`` and at the end; :func:`sapo_lab.training.checkpoint.save_checkpoint` keeps only the
+``save_steps`` and at the end; :func:`sapo_lab.runs.checkpoint.save_checkpoint` keeps only the
 two newest) or in ``snapshots/step-NNNNNN/`` (weights only, written by
 :func:`save_snapshot`, e.g. by the study runner at every dev evaluation). Selection is
 exact only if the chosen step has weights: for ``best_dev`` a snapshot at every dev
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import os
 
-from ..training.durable import install
-from ..training.metric_names import DEV_PASS1, ELAPSED_S, TOKENS_GENERATED_TOTAL
-from ..training.run_folder import CHECKPOINTS, METRICS, SNAPSHOTS, RunFolder, parse_step_dir, step_dir_name
+from ..runs.durable import install
+from ..runs.metric_names import DEV_PASS1, ELAPSED_S, TOKENS_GENERATED_TOTAL
+from ..runs.run_folder import CHECKPOINTS, METRICS, SNAPSHOTS, RunFolder, parse_step_dir, step_dir_name
 
 RULES = ("best_dev", "final", "step", "rollout_tokens", "wall_clock")
 _BUDGET_FIELD = {"rollout_tokens": TOKENS_GENERATED_TOTAL, "wall_clock": ELAPSED_S}
@@ -46,7 +46,7 @@ class CheckpointMissing(ValueError):
 
 
 def run_metric_rows(run_dir: str) -> list[dict]:
-    """The rows of ``run_dir/metrics.jsonl`` as :func:`sapo_lab.training.run_folder.read_metrics` reads them
+    """The rows of ``run_dir/metrics.jsonl`` as :func:`sapo_lab.runs.run_folder.read_metrics` reads them
     (a torn last line left out; any other damaged line an error naming it)."""
     folder = RunFolder(run_dir)
     if not os.path.isfile(folder.metrics):

@@ -14,7 +14,7 @@ def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
 
     Every config is resolved and validated here, before any run starts.
     """
-    from ..training.config import load_config, resolve_key
+    from ..runs.config import load_config, resolve_key
 
     budget_keys = {resolve_key(k) for k in BUDGET_KEYS.values()} | {resolve_key("seed")}
     grid = study["grid"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from ..training.durable import write_json
-from ..training.metric_names import ELAPSED_S
-from ..training.run_folder import RunFolder
+from ..runs.durable import write_json
+from ..runs.metric_names import ELAPSED_S
+from ..runs.run_folder import RunFolder
 from .selected_eval import evaluate_selected
 from .verdicts import collapse_verdict
 

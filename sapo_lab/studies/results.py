@@ -3,7 +3,7 @@
 A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.runner`): ``summary.json`` with
 one row per finished run, and per run ``runs/RUN_ID/metrics.jsonl`` (one row per rollout
 step) and ``study_record.json`` (collapse verdict, selected checkpoints, counters). This
-module only reads them; a run's own files are read through :mod:`sapo_lab.training.run_folder`.
+module only reads them; a run's own files are read through :mod:`sapo_lab.runs.run_folder`.
 
 Curves over seeds are summarised by their mean and their seed range (min, max). With two or
 three seeds a normal interval would be a pretence of precision; the range shows every seed.
@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.metric_names import canonical
-from ..training.run_folder import RunFolder
+from ..runs.metric_names import canonical
+from ..runs.run_folder import RunFolder
 from .checkpoint_rules import run_metric_rows
 
 

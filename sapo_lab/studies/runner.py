@@ -24,9 +24,9 @@ import os
 import shutil
 import time
 
-from ..training.durable import atomic_write, write_json
-from ..training.metric_names import DEV_PASS1
-from ..training.run_folder import RunFolder
+from ..runs.durable import atomic_write, write_json
+from ..runs.metric_names import DEV_PASS1
+from ..runs.run_folder import RunFolder
 from .environment import capture_environment
 from .expansion import expand_runs
 from .record import finish_record
@@ -38,7 +38,7 @@ GITIGNORE = "runs/*/checkpoints/\nruns/*/snapshots/\nruns/*/cold_start/\nruns/*/
 
 def run_status(run_dir: str) -> str:
     """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
-    from ..training.checkpoint import latest_checkpoint
+    from ..runs.checkpoint import latest_checkpoint
 
     if os.path.isfile(RunFolder(run_dir).summary) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
         return "done"

@@ -28,7 +28,7 @@ by seed on the endpoint) and ``exploratory`` (what everything else is). Once a s
 with an analysis block, the block is part of its declaration and cannot change; a study that
 ran without one may gain a post hoc block.
 
-Override keys are those of :func:`sapo_lab.training.config.load_config` (dotted or unique leaf
+Override keys are those of :func:`sapo_lab.runs.config.load_config` (dotted or unique leaf
 names). A method or grid point may not set the budget or the seed (that would make the
 comparison unequal), and a key may not be set by both a method and the grid
 (:func:`sapo_lab.studies.expansion.expand_runs` checks those against the config tree).
@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import re
 
-from ..training.json_object import read_json_object
-from ..training.metric_names import canonical
+from ..runs.json_object import read_json_object
+from ..runs.metric_names import canonical
 
 STUDY_KEYS = {
     "name",

@@ -7,7 +7,7 @@ import io
 import json
 import os
 
-from ..training.durable import atomic_write, write_json
+from ..runs.durable import atomic_write, write_json
 from .results import value_tag
 from .spec import grid_leaf
 

@@ -13,14 +13,14 @@ The step reported is the measurement at which the criterion fired.
 
 from __future__ import annotations
 
-from ..training.metric_names import canonical
+from ..runs.metric_names import canonical
 
 
 def collapse_verdict(rows: list[dict], criteria: list[dict], diverged_at: int | None = None) -> dict:
     """``{"collapsed", "step", "criterion", "reason"}``: the earliest criterion to fire.
 
     A criterion's ``metric`` is a row key or a name from before the namespaces (see
-    :func:`sapo_lab.training.metric_names.canonical`); the reason quotes it as declared.
+    :func:`sapo_lab.runs.metric_names.canonical`); the reason quotes it as declared.
     """
     fired = []
     for i, c in enumerate(criteria):

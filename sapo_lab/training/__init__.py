@@ -1,3 +1,3 @@
-"""Training a policy: config, model and tokenizer, run folder, cold start, rollouts,
-evaluation, the minibatch update, metrics and the trainer loop. Builds on
-``sapo_lab.objective`` and ``sapo_lab.tasks`` and on nothing above them."""
+"""Training a policy: the model and tokenizer, the cold start, rollouts, evaluation, the
+minibatch update, the metrics row and the trainer loop. What a run writes to disk lives in
+``sapo_lab.runs``; this layer builds on it and on ``sapo_lab.objective`` and ``sapo_lab.tasks``."""

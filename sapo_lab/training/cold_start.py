@@ -21,10 +21,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..runs.checkpoint import write_manifest
+from ..runs.durable import TMP_SUFFIX, move, write_json
 from ..tasks import Task, task_for
-from .checkpoint import write_manifest
 from .device import autocast_for
-from .durable import TMP_SUFFIX, move, write_json
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
 from .seeds import cold_start_batch_seed, cold_start_dev_eval_seed, model_init_seed

@@ -7,7 +7,7 @@ import signal
 
 from tqdm.auto import tqdm
 
-from .metric_names import DEV_PASS1, REWARD_MEAN
+from ..runs.metric_names import DEV_PASS1, REWARD_MEAN
 
 
 class ProgressBar:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from ..runs.run_folder import RunFolder
 from .cold_start import get_cold_start, save_pretrained_atomic
 from .evaluation import held_out_eval
 from .model import load_model_and_tokenizer
-from .run_folder import RunFolder
 from .seeds import final_eval_seed, held_out_eval_seed
 
 

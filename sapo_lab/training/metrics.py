@@ -10,7 +10,7 @@ import torch
 from ..objective.diagnostics import ratio_quantiles, step_diagnostics
 from ..objective.losses import SIGNAL_CELLS
 from ..objective.registry import kernel_for
-from .metric_names import STEP, under
+from ..runs.metric_names import STEP, under
 from .rollout import RolloutBatch
 from .update import UpdateResult
 

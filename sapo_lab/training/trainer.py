@@ -36,19 +36,19 @@ import torch
 
 from ..errors import NonFiniteError, TrainingDiverged
 from ..objective.advantages import group_advantages
+from ..runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ..runs.config import TrainConfig
+from ..runs.metric_names import DEV_EVAL_S, DEV_PASS1, ELAPSED_S
+from ..runs.run_folder import RunFolder
+from ..runs.run_policy import prepare
 from ..tasks import RewardFn, splits_for, task_for
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig
 from .console import ctrl_c_requests_stop, progress_bar
 from .device import ModelTimer, autocast_for, resolve_device
 from .evaluation import dev_pass1
 from .lifecycle import finish_model, make_optimizer, reference_model, run_summary, start_model
-from .metric_names import DEV_EVAL_S, DEV_PASS1, ELAPSED_S
 from .metrics import metrics_row
 from .model import response_logprobs
 from .rollout import MiniBatch, RolloutBatch, rollout
-from .run_folder import RunFolder
-from .run_policy import prepare
 from .seeds import global_seed, run_generators
 from .update import UpdateResult, compare_gradients, learning_rate_at, minibatch_forward, optimizer_step
 
@@ -56,10 +56,10 @@ __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
 
 
 class Trainer:
-    """One run directory (:class:`sapo_lab.training.run_folder.RunFolder`) and the loop that fills it.
+    """One run directory (:class:`sapo_lab.runs.run_folder.RunFolder`) and the loop that fills it.
 
     Constructing a Trainer decides what the folder allows (fresh start, overwrite or
-    resume, :func:`sapo_lab.training.run_policy.prepare`) and builds the task and its
+    resume, :func:`sapo_lab.runs.run_policy.prepare`) and builds the task and its
     splits; nothing is trained. :meth:`start` readies the model (the lifecycle step:
     cold start or checkpoint), :meth:`train` starts if needed and runs the loop,
     :meth:`train_step` makes one rollout step. ``reward_fn(completion_text, finished,

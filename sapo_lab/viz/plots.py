@@ -1,6 +1,6 @@
 """Training curves from a run's ``metrics.jsonl`` (matplotlib, imported lazily).
 
-The rows are read by :func:`sapo_lab.training.run_folder.read_metrics`, the one reader of
+The rows are read by :func:`sapo_lab.runs.run_folder.read_metrics`, the one reader of
 that file, so a curve and a study's table agree on what a torn or damaged line means.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from ..training.metric_names import DEV_PASS1, canonical
-from ..training.run_folder import METRICS, read_metrics
+from ..runs.metric_names import DEV_PASS1, canonical
+from ..runs.run_folder import METRICS, read_metrics
 
 DEFAULT_PANELS = (
     ("rollout/reward_mean", "train reward"),

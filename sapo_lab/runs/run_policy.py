@@ -16,7 +16,7 @@ run's own files are removed (saying which) and foreign files are left where they
 ``--resume`` takes the saved ``config.json`` as the truth. Keys in :data:`RESUMABLE` may be
 changed (training longer, a new time limit...); a requested change to any other key is
 refused, naming the key, the saved value and the requested value. The checkpoint is
-the newest one that verifies (:func:`sapo_lab.training.checkpoint.select_checkpoint`); newer
+the newest one that verifies (:func:`sapo_lab.runs.checkpoint.select_checkpoint`); newer
 damaged ones are moved aside to ``checkpoints/damaged-step-*`` (nothing is deleted) and
 named in the log. ``metrics.jsonl`` loses its rows past the checkpoint step and a
 half-written last line; a damaged line anywhere else is refused.

@@ -1,6 +1,6 @@
 """The config keys a user may override, each with its default and its comment: what ``--help`` lists.
 
-Read from the source of :mod:`sapo_lab.training.config`, not by importing it: that module
+Read from the source of :mod:`sapo_lab.runs.config`, not by importing it: that module
 imports the loss library (torch), and ``python -m sapo_lab train --help`` must answer before
 torch loads. The tree is the one the dataclasses declare: a field whose default is
 ``field(default_factory=SomeConfig)`` is a section, every other field a key with a literal

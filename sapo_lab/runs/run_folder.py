@@ -7,14 +7,14 @@
       cold_start/            the cold-start model and tokenizer (with a manifest)
       cold_start_eval.json   held-out evaluation of the cold start
       metrics.jsonl          one JSON row per rollout step
-      checkpoints/           step-NNNNNN/ folders and latest.json (training.checkpoint)
+      checkpoints/           step-NNNNNN/ folders and latest.json (runs.checkpoint)
       final_model/           the model after the last step
       summary.json           the finished run's report
       resumes.jsonl          one row per resume that changed a key (with summary.step-NNNNNN.json set aside)
       snapshots/             step-NNNNNN/ weights a study keeps for checkpoint selection
 
 :class:`RunFolder` is the only place these names are spelled. Every file the run writes
-goes through :mod:`sapo_lab.training.durable`: whole files atomically and fsynced, the
+goes through :mod:`sapo_lab.runs.durable`: whole files atomically and fsynced, the
 metrics rows appended and fsynced.
 
 **metrics.jsonl and a torn last line.** A kill while a row is being appended can leave

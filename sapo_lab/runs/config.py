@@ -8,7 +8,7 @@ Field names follow TRL's ``GRPOConfig`` where it has an equivalent (``loss_type`
 ``save_steps``). ``sapo_temperature_pos/neg`` are the review's tau_pos / tau_neg.
 
 The sections are pydantic dataclasses: each field's type and bound is declared on its line,
-and pydantic coerces and checks the values (:mod:`sapo_lab.training.config_values` holds the
+and pydantic coerces and checks the values (:mod:`sapo_lab.runs.config_values` holds the
 types and the one-line messages). They stay plain dataclasses to the rest of the package:
 attribute access, assignment without re-validation (a run's config is fixed once loaded; code
 that adjusts one, such as a benchmark, sets plain values), ``dataclasses.asdict`` and
