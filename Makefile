@@ -80,10 +80,10 @@ min-test: $(MIN_STAMP)
 trl-test:
 	bash tools/ci_trl.sh
 
-# The SAPO conformance audit of every framework's own code, each in its own environment (conformance/):
+# The SAPO conformance audit of every framework's own code, each in its own environment (framework_audit/):
 # writes results/conformance/matrix.{json,md}. `make conformance CONFORMANCE=verl` reruns one framework.
 conformance: venv
-	bash conformance/run_all.sh $(CONFORMANCE)
+	bash framework_audit/run_all.sh $(CONFORMANCE)
 
 train: venv
 	$(BIN)/python -m sapo_lab train --config cpu-tiny

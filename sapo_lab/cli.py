@@ -373,14 +373,9 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _conformance_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
-    p.add_argument("--tau-pos", type=float, default=1.0, help="temperature the loss uses for A > 0 (default 1.0)")
-    p.add_argument("--tau-neg", type=float, default=1.05, help="temperature the loss uses for A <= 0 (default 1.05)")
-    p.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16", "float16"))
-    p.add_argument("--level", default="token", choices=("token", "sequence"), help="importance-sampling level expected")
-    p.add_argument("--name", default=None, help="name on the card (default: the target)")
-    p.add_argument("--json", default=None, help="write the card as JSON to this file")
-    p.add_argument("--markdown", default=None, help="write the card as Markdown to this file")
+    from .conformance.cli import add_flags  # argparse only: no torch for --help
+
+    add_flags(p)
 
 
 @dataclass(frozen=True)

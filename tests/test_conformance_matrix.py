@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.aggregate import RESULTS, build, comparable, differences, load_raw
-from conformance.frameworks import FRAMEWORKS
-from conformance.matrix_md import render
-from conformance.run import engine_fingerprint, pinned_packages
+from framework_audit.aggregate import RESULTS, build, comparable, differences, load_raw
+from framework_audit.frameworks import FRAMEWORKS
+from framework_audit.matrix_md import render
+from framework_audit.run import engine_fingerprint, pinned_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = json.loads((RESULTS / "matrix.json").read_text())
@@ -58,7 +58,7 @@ def test_every_setting_is_audited_or_says_why_not(fw):
 @pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
 def test_settings_match_the_adapter(fw):
     """An adapter whose settings changed after the matrix was written (a stale matrix) fails here."""
-    adapter = importlib.import_module(f"conformance.adapters.{fw.key}")  # imports no framework
+    adapter = importlib.import_module(f"framework_audit.adapters.{fw.key}")  # imports no framework
     entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
     assert [(s["setting"], s["options"], s["level"]) for s in entry["settings"]] == \
         [(s.name, s.options, s.level) for s in adapter.SETTINGS]

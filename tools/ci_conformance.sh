@@ -13,17 +13,17 @@ start=$(date +%s)
 # need hundreds of MB more (results/conformance/matrix.md: build times, sizes, and when each was last run).
 FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft"}
 if [ "${1:-}" = "--build-only" ]; then
-    for key in $FRAMEWORKS; do bash conformance/build_env.sh "$key"; done
+    for key in $FRAMEWORKS; do bash framework_audit/build_env.sh "$key"; done
     exit 0
 fi
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 for key in $FRAMEWORKS; do
     t0=$(date +%s)
-    bash conformance/build_env.sh "$key"
-    venv=$(.venv/bin/python -c "import sys; from conformance.frameworks import framework; print(framework(sys.argv[1]).venv)" "$key")
-    OMP_NUM_THREADS=1 "$venv/bin/python" -m conformance.run "$key" --out "$fresh"
+    bash framework_audit/build_env.sh "$key"
+    venv=$(.venv/bin/python -c "import sys; from framework_audit.frameworks import framework; print(framework(sys.argv[1]).venv)" "$key")
+    OMP_NUM_THREADS=1 "$venv/bin/python" -m framework_audit.run "$key" --out "$fresh"
     echo "conformance $key: $(( $(date +%s) - t0 )) s"
 done
-.venv/bin/python -m conformance.aggregate --raw "$fresh" --check
+.venv/bin/python -m framework_audit.aggregate --raw "$fresh" --check
 echo "conformance leg wall time: $(( $(date +%s) - start )) s"

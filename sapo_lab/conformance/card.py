@@ -1,12 +1,16 @@
-"""The report card of a conformance audit: one row per property, as objects, JSON and Markdown."""
+"""The report card of a conformance audit: the verdict first, one line per difference, then every row."""
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field
 
+from .names import FINDING_LEVELS, SUMMARY_ORDER
+
 VERDICTS = ("pass", "differs", "error", "info")
+WIDTH = 100  # every line of the text card fits a 100-column terminal
 
 
 def _json_safe(x):
@@ -20,13 +24,21 @@ def _json_safe(x):
     return x
 
 
+def wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` in lines of at most WIDTH columns (long words are broken too)."""
+    return textwrap.wrap(text, WIDTH, initial_indent=indent if first is None else first, subsequent_indent=indent,
+                         break_long_words=True, break_on_hyphens=False) or [first or indent]
+
+
 @dataclass
 class Row:
     """One audited property: what the paper expects, what the loss does, and the verdict.
 
     ``verdict`` is "pass", "differs", "error" (the loss raised; ``measured`` holds the
-    exception's first line) or "info" (both behaviours are valid; never a failure).
-    ``values`` holds the measured numbers behind ``measured`` for programs to read.
+    exception's first line) or "info" (a note: a caller contract or a choice that is valid
+    either way; never a difference). ``summary`` is the one line a difference is reported
+    in, with its numbers and its likely cause. ``values`` holds the measured numbers behind
+    ``measured`` for programs to read.
     """
 
     property: str
@@ -35,15 +47,24 @@ class Row:
     verdict: str
     detail: str = ""
     values: dict = field(default_factory=dict)
+    summary: str = ""
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
+    def line(self) -> str:
+        """The row in one sentence: its summary, or its property and measurement."""
+        return self.summary or f"{self.property}: {self.measured}"
+
 
 @dataclass
 class ReportCard:
-    """Everything an audit measured about one loss function."""
+    """Everything an audit measured about one loss function.
+
+    ``finding_level`` says what the findings describe: "function" (the loss as called with
+    the audit's arguments) or "training" (as the framework's trainer calls it).
+    """
 
     name: str
     tau_pos: float
@@ -53,11 +74,33 @@ class ReportCard:
     rows: list = field(default_factory=list)
     versions: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    finding_level: str = "function"
+
+    @property
+    def checks(self) -> list:
+        """The rows that are checks (a note is not)."""
+        return [r for r in self.rows if r.verdict != "info"]
 
     @property
     def passed(self) -> bool:
-        """True when every required (non-"info") row passes."""
-        return all(r.verdict == "pass" for r in self.rows if r.verdict != "info")
+        """True when every check passes (notes aside)."""
+        return all(r.verdict == "pass" for r in self.checks)
+
+    def differences(self) -> list:
+        """The checks that differ or raised, causes before consequences."""
+        rank = {p: i for i, p in enumerate(SUMMARY_ORDER)}
+        return sorted((r for r in self.checks if r.verdict != "pass"), key=lambda r: rank.get(r.property, 99))
+
+    def notes(self) -> list:
+        return [r for r in self.rows if r.verdict == "info" and r.summary]
+
+    def verdict_line(self) -> str:
+        """``CONFORMS`` or ``DIFFERS in N of M checks``, with the dtype and the level."""
+        n = len(self.checks)
+        where = f"{self.dtype}, {self.level} level"
+        if self.passed:
+            return f"CONFORMS: all {n} checks match the paper ({where})"
+        return f"DIFFERS in {len(self.differences())} of {n} checks ({where})"
 
     def row(self, prop: str) -> Row:
         """The row of one property (the names are the constants of :mod:`sapo_lab.conformance`)."""
@@ -72,6 +115,7 @@ class ReportCard:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["passed"] = self.passed
+        d["verdict"] = self.verdict_line()
         return _json_safe(d)
 
     def to_json(self, indent: int = 2) -> str:
@@ -81,32 +125,44 @@ class ReportCard:
     def from_dict(cls, d: dict) -> ReportCard:
         fields = {k: d[k] for k in ("name", "tau_pos", "tau_neg", "dtype", "level")}
         rows = [Row(**r) for r in d.get("rows", [])]
-        return cls(**fields, rows=rows, versions=dict(d.get("versions", {})), meta=dict(d.get("meta", {})))
+        return cls(**fields, rows=rows, versions=dict(d.get("versions", {})), meta=dict(d.get("meta", {})),
+                   finding_level=d.get("finding_level", "function"))
+
+    def to_text(self, details: bool = False, notes: tuple = ()) -> str:
+        """The card for a terminal: the verdict, one line per difference, the notes (the card's, then ``notes``),
+        the level; every row with ``details``. No line is wider than WIDTH."""
+        lines = [self.verdict_line()]
+        for r in self.differences():
+            lines += wrap(r.line(), "    ", "  - ")
+        for note in [r.summary for r in self.notes()] + list(notes):
+            lines += wrap(note, "    ", "  note: ")
+        lines += wrap(f"Level: {FINDING_LEVELS[self.finding_level]}; tau_pos = {self.tau_pos:g}, "
+                      f"tau_neg = {self.tau_neg:g}.")
+        if details:
+            for r in self.rows:
+                lines += ["", *wrap(f"{r.property}: {r.measured}", "    ", f"[{r.verdict}] ")]
+                lines += wrap(f"paper: {r.expected}", "    ", "    ")
+                if r.detail:
+                    lines += wrap(r.detail, "    ", "    ")
+        else:
+            lines.append("--details shows every check; --json writes the card as JSON.")
+        return "\n".join(lines) + "\n"
 
     def to_markdown(self) -> str:
         def cell(s: str) -> str:
             return str(s).replace("|", "\\|").replace("\n", " ")
 
-        required = [r for r in self.rows if r.verdict != "info"]
-        ok = sum(r.verdict == "pass" for r in required)
-        lines = [
-            f"### SAPO conformance: {cell(self.name)}",
-            "",
-            f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}, dtype {self.dtype}, expected level: {self.level}. "
-            f"**{ok} of {len(required)} required properties pass**"
-            + (" (conforms)." if self.passed else "."),
-            "",
-            "| property | paper | measured | verdict |",
-            "|---|---|---|---|",
-        ]
+        lines = [f"### SAPO conformance: {cell(self.name)}", "", f"**{self.verdict_line()}**", ""]
+        lines += [f"- {cell(r.line())}" for r in self.differences()]
+        lines += [f"- note: {cell(r.summary)}" for r in self.notes()]
+        lines += ["", f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}; findings: "
+                  f"{FINDING_LEVELS[self.finding_level]}.", "",
+                  "| property | paper | measured | verdict |", "|---|---|---|---|"]
         lines += [f"| {cell(r.property)} | {cell(r.expected)} | {cell(r.measured)} | {r.verdict} |" for r in self.rows]
-        details = [f"- **{cell(r.property)}**: {cell(r.detail)}" for r in self.rows if r.detail]
-        if details:
-            lines += ["", *details]
         return "\n".join(lines) + "\n"
 
     def __str__(self) -> str:
-        return self.to_markdown()
+        return self.to_text()
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()

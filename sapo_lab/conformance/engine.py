@@ -31,6 +31,7 @@ from .context import (
 )
 from .extreme import extreme_row
 from .gradient import closed_form_rows, on_policy_rows, shape_rows
+from .names import FINDING_LEVELS
 from .probes import DTYPES, TOLERANCES, call, make_batch
 from .structure import aggregation_row, empty_rows, level_row, zero_advantage_row
 
@@ -49,7 +50,9 @@ def _callable_name(fn) -> str:
 def check_adapter(loss_fn, dtype=torch.float64, device=None) -> None:
     """Raise AdapterError unless ``loss_fn(logp, old_logp, advantages, mask)`` can be called and returns a scalar.
 
-    Any other exception on this first call is left to the rows, which report it.
+    The first call is the plainest batch (two on-policy-ish responses of 2 and 1 tokens, A = +-1): a
+    loss that raises on it cannot be audited, and the error names the exception in one line. Exceptions
+    on later, harder probes (an empty batch, extreme ratios) become rows.
     """
     name = _callable_name(loss_fn)
     if not callable(loss_fn):
@@ -64,14 +67,15 @@ def check_adapter(loss_fn, dtype=torch.float64, device=None) -> None:
         except TypeError:
             raise AdapterError(f"{name} must accept {ADAPTER_ARGS}; its signature is {sig}") from None
     m = call(loss_fn, make_batch([[0.25, -0.5], [0.5]], [1.0, -1.0], 2), dtype, device)
-    if m.error and m.error.startswith("TypeError"):
-        raise AdapterError(f"calling {name}{ADAPTER_ARGS} raised {m.error}")
     if m.error and m.error.startswith("returned"):
         raise AdapterError(f"{name} {m.error}")
+    if m.error:
+        raise AdapterError(f"calling {name}{ADAPTER_ARGS} on a plain batch raised {m.error}")
 
 
 def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.05, dtype=torch.float64, *,
-          level: str = "token", device=None, meta: dict | None = None) -> ReportCard:
+          level: str = "token", device=None, meta: dict | None = None,
+          finding_level: str = "function") -> ReportCard:
     """Audit ``loss_fn(logp, old_logp, advantages, mask) -> scalar`` against SAPO as the paper defines it.
 
     ``logp``/``old_logp``: (B, T) per-token log-probs (``logp`` requires grad); ``advantages``:
@@ -79,8 +83,10 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     loss was configured with. ``dtype``: the precision of the probes (a torch dtype or its
     name; tolerances follow it). ``level``: "token" (the paper) or "sequence" when auditing a
     sequence-level variant. ``device``: where the probe tensors live. ``meta``: stored on the
-    card as given (framework version, settings). Raises AdapterError when the callable cannot
-    be called that way; every other failure becomes a row with verdict "error".
+    card as given (framework version, settings). ``finding_level``: "function" when the loss is
+    called with the audit's arguments as they are, "training" when an adapter calls it as the
+    framework's trainer does. Raises AdapterError when the callable cannot be called that way or
+    raises on the plainest batch; every other failure becomes a row with verdict "error".
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
@@ -93,12 +99,15 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
             raise ValueError(f"{label} must be a finite number > 0, got {tau!r}")
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    if finding_level not in FINDING_LEVELS:
+        raise ValueError(f"finding_level must be one of {tuple(FINDING_LEVELS)}, got {finding_level!r}")
     check_adapter(loss_fn, dtype, device)
 
     ctx = Context(loss_fn, float(tau_pos), float(tau_neg), dtype, device, level)
     rows = {AGGREGATION: aggregation_row(ctx)}  # first: later checks use its weights
-    rows[ON_POLICY], rows[VALUE_AT_ONE] = on_policy_rows(ctx)  # then the measured on-policy factors
+    # then the temperatures (a tau held in float32 sets float32's tolerances for what follows)
     rows[GATE_SHAPE], rows[TEMPERATURE_POS], rows[TEMPERATURE_NEG], rows[TEMPERATURE_ZERO] = shape_rows(ctx)
+    rows[ON_POLICY], rows[VALUE_AT_ONE] = on_policy_rows(ctx)  # then the measured on-policy factors
     rows[GRADIENT], rows[FINITE_DIFFERENCES], rows[PADDING], rows[OLD_LOGP] = closed_form_rows(ctx)
     rows[LEVEL] = level_row(ctx)
     rows[EXTREME] = extreme_row(ctx)
@@ -110,4 +119,4 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
     dtype_name = next(k for k, v in DTYPES.items() if v == dtype)
     return ReportCard(name, float(tau_pos), float(tau_neg), dtype_name, level, [rows[p] for p in ROW_ORDER],
-                      versions, dict(meta or {}))
+                      versions, dict(meta or {}), finding_level)

@@ -65,44 +65,61 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
             notes.append(f"the factor depends on |A| for {label}: {[fmt(f) for f in fs]} at |A| = "
                          f"{[abs(a) for a in adv.tolist() if (a > 0) == (label == 'A > 0')]}")
 
-    def near(x, y):
-        return abs(x - y) <= tol * max(1.0, abs(y))
+    def near(x, y):  # naming a cause is a hint: loose enough for a temperature held in float32
+        return abs(x - y) <= max(tol, 1e-6) * max(1.0, abs(y))
 
+    cause = ""
     if not ok:
         if near(ctx.k_pos, ctx.tau_pos / 4) and near(ctx.k_neg, ctx.tau_neg / 4):
-            notes.append(f"equals tau/4 ({fmt(ctx.tau_pos / 4)}, {fmt(ctx.tau_neg / 4)}): the 4/tau factor is missing, "
-                         "so the effective learning rate shrinks by tau/4 and differs between the signs")
+            cause = "the 4/tau factor is missing"
+            notes.append(f"equals tau/4 ({fmt(ctx.tau_pos / 4)}, {fmt(ctx.tau_neg / 4)}): the effective learning rate "
+                         "shrinks by tau/4 and differs between the signs")
         elif near(ctx.k_pos, 0.25) and near(ctx.k_neg, 0.25):
-            notes.append("equals 1/4: the sigmoid lacks the factor 4 (or the loss is divided by a constant 4)")
+            cause = "a factor 4 is missing (or the loss is / 4)"
+        elif near(ctx.k_pos, 2 / ctx.tau_pos) and near(ctx.k_neg, 2 / ctx.tau_neg):
+            cause = "it equals 2/tau, the surrogate's value f(1), not its slope f'(1) = 1"
         elif near(ctx.k_pos, -1.0) and near(ctx.k_neg, -1.0):
-            notes.append("equals -1: the advantage's sign is flipped (an objective returned where a loss is expected)")
+            cause = "the advantage's sign is flipped (an objective returned where a loss is expected)"
         elif near(ctx.k_pos, 1.0) and near(ctx.k_neg, -1.0):
-            notes.append("A < 0 gives -1: the loss uses |A|")
+            cause = "A < 0 gives -1: the loss uses |A|"
         elif near(ctx.k_pos, ctx.k_neg):
-            notes.append("the same factor for both signs: a constant scale (a normaliser, or a learning-rate change)")
+            cause = "one constant scale for both signs (a normaliser, or a learning-rate change)"
         notes.append(f"ratio of the factors A<0 / A>0: {fmt(ctx.k_neg / ctx.k_pos) if ctx.k_pos else 'undefined'}")
+        if cause:
+            notes.insert(0, cause)
+    summary = "" if ok else (f"on-policy gradient factor {ctx.k_pos:.4g} / {ctx.k_neg:.4g} instead of 1"
+                             + (f": {cause}" if cause else ""))
     on_policy = Row(ON_POLICY, expected, measured, verdict(ok), "; ".join([*notes, _weights_note(ctx)]),
-                    {"factor_pos": ctx.k_pos, "factor_neg": ctx.k_neg, "factors": factors, "advantages": adv.tolist()})
+                    {"factor_pos": ctx.k_pos, "factor_neg": ctx.k_neg, "factors": factors, "advantages": adv.tolist()},
+                    summary)
     return on_policy, _value_row(ctx, m.value, batch, alpha, torch.tensor(factors, dtype=torch.float64))
 
 
 def _value_row(ctx: Context, value: float, batch, alpha, factors) -> Row:
+    """A centred loss is 0 at r = 1; an uncentred one is -sum alpha A f(1), where a scaled sigmoid has f(1) = 2 k / tau."""
     taus = torch.tensor([ctx.tau(a) for a in batch.adv.tolist()], dtype=torch.float64)
     scale = float((alpha * batch.adv.abs() * 2.0 / taus).sum())
     uncentred = float(-(alpha * batch.adv * factors * 2.0 / taus).sum())
+    f1 = (2 * ctx.k_pos / ctx.tau_pos, 2 * ctx.k_neg / ctx.tau_neg)
+    paper = (2 / ctx.tau_pos, 2 / ctx.tau_neg)
     tol = max(ctx.tol.grad, 1e-12)
-    expected = "either: centred (0) or uncentred (-sum alpha A f(1), f(1) = 2/tau)"
+    expected = f"either: centred (0) or uncentred (-sum alpha A f(1), paper f(1) = 2/tau = {fmt(paper[0])}, " \
+               f"{fmt(paper[1])})"
     if not math.isfinite(value):
-        return Row(VALUE_AT_ONE, expected, f"non-finite value {value}", "differs")
+        return Row(VALUE_AT_ONE, expected, f"non-finite value {value}", "differs",
+                   summary=f"value at r = 1 is {value}")
     if abs(value) <= tol * scale:
         measured, kind = "centred: 0", "centred"
     elif abs(value - uncentred) <= tol * scale:
-        measured, kind = f"uncentred: {fmt(value)} = -sum alpha A f(1) with f(1) = 2/tau", "uncentred"
+        same = all(abs(a - b) <= tol * b for a, b in zip(f1, paper, strict=True))
+        measured = (f"uncentred: {fmt(value)} = -sum alpha A f(1) with f(1) = {fmt(f1[0])} (A > 0), {fmt(f1[1])} "
+                    f"(A < 0)" + (", the paper's 2/tau" if same else ", not the paper's 2/tau"))
+        kind = "uncentred"
     else:
-        measured, kind = f"offset {fmt(value)} (neither 0 nor the uncentred {fmt(uncentred)})", "offset"
+        measured, kind = f"offset {fmt(value)} (neither 0 nor -sum alpha A f(1) = {fmt(uncentred)})", "offset"
     return Row(VALUE_AT_ONE, expected, measured, "info",
                "a constant offset does not change the gradient; the uncentred form's value depends on tau",
-               {"value": value, "uncentred_prediction": uncentred, "kind": kind})
+               {"value": value, "uncentred_prediction": uncentred, "kind": kind, "f1": list(f1)})
 
 
 def _fit_tau(ratio: float, w: float) -> float:
@@ -149,15 +166,45 @@ def _fit_points(ctx: Context, r: torch.Tensor, rho: torch.Tensor) -> list:
     return points
 
 
+def float32_value(x: float) -> float:
+    """x as a float32 tensor holds it (a temperature written as torch.tensor(1.05) is 1.0499999523...)."""
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def product_rule_shape(r: torch.Tensor, tau: float) -> torch.Tensor:
+    """d [r w(r)] / d log r, normalised to 1 at r = 1: the shape when w is differentiated too (no stop-gradient)."""
+    sig = torch.sigmoid(tau * (r - 1.0))
+    w = 4 * sig * (1 - sig)
+    return r * w + r * r * tau * w * (1 - 2 * sig)
+
+
+def _shape_cause(ctx: Context, r: torch.Tensor, rho: torch.Tensor, tau: float) -> str:
+    """The one mistake the measured g(r)/g(1) is, when it is one of the known ones."""
+    tol = 10 * ctx.tol.grad
+    if relative_error(rho, torch.ones_like(rho)) <= tol:
+        return "ratio always 1, the behaviour log-probs are recomputed from the current policy"
+    if relative_error(rho, product_rule_shape(r, tau)) <= tol:
+        return "the gate w(r) is differentiated too (r w(r) without stop-gradient on w)"
+    if relative_error(rho, r) <= tol:
+        return "g(r) = r, no gate at all (the unclipped ratio objective)"
+    return ""
+
+
 def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
-    """g(r) / g(1) on single-token responses (no aggregation or level effect) for each sign of A."""
+    """g(r) / g(1) on single-token responses (no aggregation or level effect) for each sign of A.
+
+    A temperature held in float32 (1.05 stored as 1.0499999523) is recognised: the fit is
+    compared with both, and the rest of the audit uses the value the loss holds.
+    """
     shape_expected = "g(r)/g(1) = r sech^2(tau (r-1)/2) with the paper's tau"
-    errors, details, values, temp_rows = {}, [], {}, []
+    errors, details, values, temp_rows, causes = {}, [], {}, [], []
     failed_shape = False
+    held = {}
     for sign, prop in ((1.0, TEMPERATURE_POS), (-1.0, TEMPERATURE_NEG)):
         tau = ctx.tau(sign)
         label = "A > 0" if sign > 0 else "A < 0"
-        t_expected = f"tau = {fmt(tau)} ({'tau_pos' if sign > 0 else 'tau_neg'})"
+        name = "tau_pos" if sign > 0 else "tau_neg"
+        t_expected = f"tau = {fmt(tau)} ({name})"
         m = ctx.call(single_tokens(list(SHAPE_LOG_RATIOS), sign))
         if m.error:
             temp_rows.append(error_row(prop, t_expected, m.error))
@@ -165,13 +212,39 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
             continue
         g = m.grad[:, 0]
         r = torch.exp(m.log_ratio[:, 0])
-        paper = update_coefficient(r, tau) / update_coefficient(r[:1], tau)
         if float(g[0]) == 0.0 or not bool(torch.isfinite(g).all()):
             measured = "gradient at r = 1 is 0" if float(g[0]) == 0.0 else "non-finite gradient"
-            temp_rows.append(Row(prop, t_expected, f"not measurable: {measured}", "differs"))
+            temp_rows.append(Row(prop, t_expected, f"not measurable: {measured}", "differs",
+                                 summary=f"{prop}: not measurable, {measured}"))
             errors[label] = measured
             continue
         rho = g / g[0]
+        points = _fit_points(ctx, r, rho)
+        fits = [(ri, t) for ri, t, _ in points]
+        fitted, spread_ok, bound = _combine_fits(points)
+        detail, summary, used = "", "", tau
+        if spread_ok:
+            ok = abs(fitted - tau) <= bound * tau
+            narrow = float32_value(tau)
+            if not ok and narrow != tau and abs(fitted - narrow) <= bound * narrow:
+                ok, used = True, narrow
+                detail = (f"the loss holds {name} in float32 ({narrow:.10g}, not {fmt(tau)}): it conforms to "
+                          "float32's precision; hold tau in the log-probs' dtype for full float64 agreement")
+            measured = f"tau = {fitted:.10g}" if used != tau else f"tau = {fmt(fitted)}"
+            measured += f" +- {bound * fitted:.2g}" if bound > 1e-6 else ""
+            if not ok:
+                detail = _temperature_hint(ctx, sign, fitted, bound)
+                summary = f"{prop}: tau = {fitted:.4g} instead of {fmt(tau)}" + (f": {detail}" if detail else "")
+            elif used == tau and ctx.tau(-sign) != tau and abs(ctx.tau(-sign) - tau) <= bound * tau:
+                detail = f"in {ctx.dtype} tau_pos and tau_neg are not resolved from each other"
+        else:
+            ok = False
+            measured = "no single tau fits: " + ", ".join(f"{fmt(t)} at r = {fmt(ri)}" for ri, t in fits)
+            detail = ("the gradient is not SAPO's gate r sech^2(tau (r-1)/2) for any one tau "
+                      "(nan: no tau reproduces that ratio)")
+            summary = f"{prop}: no single tau fits the gradient's shape"
+        held[sign] = used
+        paper = update_coefficient(r, used) / update_coefficient(r[:1], used)
         err = relative_error(rho, paper)
         values[label] = {"ratios": r.tolist(), "measured": rho.tolist(), "paper": paper.tolist(), "max_rel_error": err}
         if err > 2 * ctx.tol.grad:  # a ratio of two measured gradients: twice the error of one
@@ -179,22 +252,15 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
             worst = int((rho - paper).abs().argmax())
             details.append(f"{label}: max rel. error {err:.3g}, worst at r = {fmt(float(r[worst]))}: "
                            f"{fmt(float(rho[worst]))} vs {fmt(float(paper[worst]))}")
-        points = _fit_points(ctx, r, rho)
-        fits = [(ri, t) for ri, t, _ in points]
-        fitted, spread_ok, bound = _combine_fits(points)
-        if spread_ok:
-            ok = abs(fitted - tau) <= bound * tau
-            measured = f"tau = {fmt(fitted)}" + (f" +- {bound * fitted:.2g}" if bound > 1e-6 else "")
-            detail = "" if ok else _temperature_hint(ctx, sign, fitted, bound)
-            if ok and ctx.tau(-sign) != tau and abs(ctx.tau(-sign) - tau) <= bound * tau:
-                detail = f"in {ctx.dtype} tau_pos and tau_neg are not resolved from each other"
-        else:
-            ok = False
-            measured = "no single tau fits: " + ", ".join(f"{fmt(t)} at r = {fmt(ri)}" for ri, t in fits)
-            detail = ("the gradient is not SAPO's gate r sech^2(tau (r-1)/2) for any one tau "
-                      "(nan: no tau reproduces that ratio)")
+            cause = _shape_cause(ctx, r, rho, tau)
+            if cause and cause not in causes:
+                causes.append(cause)
         temp_rows.append(Row(prop, t_expected, measured, verdict(ok), detail,
-                             {"tau": fitted, "fits": [{"ratio": ri, "tau": t} for ri, t in fits]}))
+                             {"tau": fitted, "tau_held": used, "fits": [{"ratio": ri, "tau": t} for ri, t in fits]},
+                             summary))
+    if any(held.get(sign, ctx.tau(sign)) != ctx.tau(sign) for sign in (1.0, -1.0)):
+        ctx.held_dtype = torch.float32
+    ctx.tau_pos, ctx.tau_neg = held.get(1.0, ctx.tau_pos), held.get(-1.0, ctx.tau_neg)
     ctx.shape_ok = not failed_shape and not errors
     zero_row = _temperature_zero_row(ctx)
     if errors and len(errors) == 2:
@@ -204,17 +270,27 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         measured = "matches" if ok else "differs: " + "; ".join(details + [f"{k}: {v}" for k, v in errors.items()])
         if ok:
             measured += f" (max rel. error {max(v['max_rel_error'] for v in values.values()):.2g})"
+        worst = max((v["max_rel_error"] for v in values.values()), default=math.nan)
+        fitted_sapo = all(math.isfinite(r.values.get("tau", math.nan)) for r in temp_rows)
+        summary = ""
+        if not ok:
+            if causes:
+                summary = "gradient shape: " + "; ".join(causes)
+            elif fitted_sapo:
+                summary = f"gradient shape: SAPO's gate with other temperatures (max rel. error {worst:.3g})"
+            else:
+                summary = f"gradient shape g(r)/g(1) off the paper's r sech^2(tau (r-1)/2) by up to {worst:.3g}"
         shape = Row(GATE_SHAPE, shape_expected, measured, verdict(ok),
-                    "single-token responses at log r in " + str(list(SHAPE_LOG_RATIOS)), values)
+                    "single-token responses at log r in " + str(list(SHAPE_LOG_RATIOS)), values, summary)
     return shape, temp_rows[0], temp_rows[1], zero_row
 
 
 def _temperature_hint(ctx: Context, sign: float, fitted: float, bound: float) -> str:
     other = ctx.tau(-sign)
     if abs(fitted - other) <= bound * other and other != ctx.tau(sign):
-        return "this is the other sign's temperature (tau_pos and tau_neg swapped, or one tau for both signs)"
+        return "the other sign's tau (swapped, or one tau for both signs)"
     if abs(fitted * ctx.tau(sign) - 1.0) <= bound:
-        return "this is 1/tau: the temperature divides (r - 1) instead of multiplying it"
+        return "1/tau: tau divides (r - 1) instead of multiplying it"
     return ""
 
 
@@ -230,8 +306,10 @@ def _temperature_zero_row(ctx: Context) -> Row:
         r1 = math.exp(float(m.log_ratio[1, 0]))
         tau = _fit_tau(r1, float(g[1] / g[0]) / r1)
         return Row(TEMPERATURE_ZERO, expected, f"nonzero gradient (max |g| {float(g.abs().max()):.3g}); "
-                   f"shape fits tau = {fmt(tau)}", "differs", values={"tau": tau})
-    return Row(TEMPERATURE_ZERO, expected, f"nonzero gradient {g.tolist()}", "differs")
+                   f"shape fits tau = {fmt(tau)}", "differs", values={"tau": tau},
+                   summary=f"A = 0 gets a gradient (max |g| {float(g.abs().max()):.3g}): the advantage is shifted")
+    return Row(TEMPERATURE_ZERO, expected, f"nonzero gradient {g.tolist()}", "differs",
+               summary="A = 0 gets a gradient: the advantage is shifted or rescaled inside the loss")
 
 
 def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
@@ -251,41 +329,59 @@ def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         valid = batch.mask
         err = relative_error(torch.where(valid, m.grad, torch.zeros_like(m.grad)), expected)
         rows.append(Row(GRADIENT, exp_grad + f" (rel. error <= {ctx.tol.grad:g})", f"max rel. error {err:.3g}",
-                        verdict(err <= ctx.tol.grad), note, {"max_rel_error": err}))
+                        verdict(err <= ctx.tol.grad), note, {"max_rel_error": err},
+                        f"per-token gradient differs from -A r w(r) alpha: max rel. error {err:.3g}"))
         rows.append(_fd_row(ctx, batch, expected, m.grad, exp_grad))
         pad = m.grad[~valid]
         pad_ok = bool((pad == 0).all())
         rows.append(Row(PADDING, "gradient exactly 0 on masked tokens",
                         "0" if pad_ok else f"max |gradient| {float(pad.abs().max()):.3g} on padding",
                         verdict(pad_ok), "" if pad_ok else "the mask is not applied to every token's loss",
-                        {"max_abs_padding_gradient": float(pad.abs().max())}))
-    mo = ctx.call(batch, old_grad=True)
-    expected_old = "no gradient reaches old_logp"
-    if mo.error:
-        rows.append(error_row(OLD_LOGP, expected_old, mo.error))
-    else:
-        worst = float(mo.old_grad.abs().max())
-        rows.append(Row(OLD_LOGP, expected_old, "none" if worst == 0 else f"max |d loss / d old_logp| = {worst:.3g}",
-                        verdict(worst == 0), "" if worst == 0 else (
-                            "the behaviour log-probs must be constants (review §10); this is harmless only if every "
-                            "caller detaches old_logp (an adapter whose framework computes it under no_grad may pass "
-                            "old_logp.detach())"),
-                        {"max_abs_old_gradient": worst}))
+                        {"max_abs_padding_gradient": float(pad.abs().max())},
+                        f"padding gets a gradient (max {float(pad.abs().max()):.3g}): the mask is not applied"))
+    rows.append(_old_logp_row(ctx, batch))
     return tuple(rows)
 
 
+def _old_logp_row(ctx: Context, batch) -> Row:
+    """A caller contract, not a check: the paper's objective takes old_logp as data; whether it carries a gradient
+    is the caller's doing (every trainer audited computes it under no_grad)."""
+    mo = ctx.call(batch, old_grad=True)
+    expected = "old_logp is data: no gradient reaches it (the caller passes it without gradient)"
+    if mo.error:
+        return Row(OLD_LOGP, expected, f"not measured: {mo.error}", "info",
+                   "the loss raised when old_logp required a gradient")
+    worst = float(mo.old_grad.abs().max())
+    if worst == 0:
+        return Row(OLD_LOGP, expected, "none: the loss detaches old_logp itself", "info",
+                   values={"max_abs_old_gradient": worst})
+    return Row(OLD_LOGP, expected, f"max |d loss / d old_logp| = {worst:.3g} when old_logp requires a gradient",
+               "info", "the loss computes logp - old_logp as written in the paper; it is right when the caller "
+               "passes old_logp without gradient (detached, or computed under torch.no_grad())",
+               {"max_abs_old_gradient": worst},
+               "caller contract: pass old_logp without gradient (detached or from torch.no_grad()); "
+               "this loss does not detach it")
+
+
 def _fd_row(ctx: Context, batch, expected, autograd, exp_grad) -> Row:
+    """The value's derivative (central differences) against the gradient autograd applies: they must agree."""
     tol = ctx.tol
+    fd_expected = "finite differences of the value equal the applied (autograd) gradient"
     if tol.fd is None:
-        return Row(FINITE_DIFFERENCES, exp_grad, f"not measured: a central difference is noise in {ctx.dtype}",
+        return Row(FINITE_DIFFERENCES, fd_expected, f"not measured: a central difference is noise in {ctx.dtype}",
                    "info", "rerun with dtype=torch.float32 or float64 to check that the value matches the gradient")
     fd, error = finite_differences(ctx.loss_fn, batch, ctx.dtype, tol.fd_step, ctx.device)
     if error:
-        return error_row(FINITE_DIFFERENCES, exp_grad, error)
+        return error_row(FINITE_DIFFERENCES, fd_expected, error)
     err = relative_error(fd, expected)
     vs_auto = relative_error(fd, autograd)
-    detail = f"step {tol.fd_step:g} in log p; finite differences vs autograd: rel. error {vs_auto:.3g}"
-    if err > tol.fd and vs_auto > tol.fd:
-        detail += " (the value is not a function whose derivative is the applied gradient: a detached weight?)"
-    return Row(FINITE_DIFFERENCES, exp_grad + f" (rel. error <= {tol.fd:g})", f"max rel. error {err:.3g}",
-               verdict(err <= tol.fd), detail, {"max_rel_error": err, "vs_autograd": vs_auto})
+    ok = vs_auto <= tol.fd
+    detail = f"step {tol.fd_step:g} in log p; finite differences vs the closed form: rel. error {err:.3g}"
+    summary = ""
+    if not ok:
+        detail += ("; the value is not the function whose derivative is applied: part of the loss is detached "
+                   "from its value")
+        summary = (f"the value's derivative differs from the applied gradient (rel. error {vs_auto:.3g}): "
+                   "a detached weight")
+    return Row(FINITE_DIFFERENCES, fd_expected + f" (rel. error <= {tol.fd:g})", f"rel. error {vs_auto:.3g}",
+               verdict(ok), detail, {"max_rel_error": err, "vs_autograd": vs_auto}, summary)

@@ -15,6 +15,15 @@ LEVEL_LOG_RATIOS = ([-0.5, 0.125, 0.75], [0.5, -0.25])
 LEVEL_ADVANTAGES = (1.0, -1.0)
 ZERO_LOG_RATIOS = ([0.5, -0.25], [1.0, 0.25, -1.5], [-0.75])
 MIXED_ADVANTAGES = (1.0, 0.0, -0.5)  # a nonzero mean, so that re-centring inside the loss shows
+# What each other aggregation means for training, in one line (the paper's is the per-response mean).
+AGGREGATION_CAUSES = {
+    "token_pool": "one mean over the batch's token pool, not per response (long responses weigh more)",
+    "padded_length_mean": "each response's sum is divided by the padded length T, not its own length",
+    "padded_length_sum": "the batch's token sum is divided by the padded length T",
+    "longest_response_mean": "each response's sum is divided by the longest response's length",
+    "response_sum_mean": "each response's tokens are summed, not averaged (or divided by a constant)",
+    "sum": "a sum over every token, not a mean",
+}
 
 
 def aggregation_row(ctx: Context) -> Row:
@@ -40,7 +49,8 @@ def aggregation_row(ctx: Context) -> Row:
             name, "other: no known aggregation fits")
         detail += "; measured weight per response, relative to the first: " + str(
             [[fmt(x) for x in w] for w in found["weights"]])
-    return Row(AGGREGATION, expected, measured, verdict(name == PAPER_AGGREGATION), detail, values)
+    summary = "" if name == PAPER_AGGREGATION else f"aggregation: {AGGREGATION_CAUSES.get(name, measured)}"
+    return Row(AGGREGATION, expected, measured, verdict(name == PAPER_AGGREGATION), detail, values, summary)
 
 
 def _spread(g: torch.Tensor) -> float:
@@ -101,9 +111,10 @@ def level_row(ctx: Context) -> Row:
     else:
         measured, kind = f"mixed: shared within some responses only (spreads {[fmt(s) for s in spreads]})", "other"
     values["level"] = kind
+    summary = "" if kind == ctx.level else f"importance-sampling level: {measured} ({expected} expected)"
     return Row(LEVEL, expected, measured, verdict(kind == ctx.level),
                "responses of 3 and 2 tokens with different token ratios; tokens of a response share their gradient "
-               "only at sequence level", values)
+               "only at sequence level", values, summary)
 
 
 def zero_advantage_row(ctx: Context) -> Row:
@@ -129,7 +140,9 @@ def zero_advantage_row(ctx: Context) -> Row:
     measured = "; ".join(problems) if problems else f"loss {fmt(group.value)}, gradient 0 (all-zero group and mixed batch)"
     return Row(ZERO_ADVANTAGE, expected, measured, verdict(not problems),
                "a group whose rewards are all equal has A = 0 for every response",
-               {"group_loss": group.value, "group_max_abs_grad": g_all, "mixed_zero_response_max_abs_grad": g_mixed})
+               {"group_loss": group.value, "group_max_abs_grad": g_all, "mixed_zero_response_max_abs_grad": g_mixed},
+               "" if not problems else "A = 0 tokens get a gradient or a non-finite loss "
+               f"({problems[0]}): advantages shifted or re-normalised inside the loss")
 
 
 def empty_rows(ctx: Context) -> tuple[Row, Row]:
@@ -145,9 +158,11 @@ def _empty_response_row(ctx: Context) -> Row:
         return error_row(EMPTY_RESPONSE, expected, m.error)
     if not math.isfinite(m.value) or not bool(torch.isfinite(m.grad).all()):
         return Row(EMPTY_RESPONSE, expected, f"non-finite: loss {m.value}, gradient finite: "
-                   f"{bool(torch.isfinite(m.grad).all())}", "differs", "an empty response divides 0 by 0")
+                   f"{bool(torch.isfinite(m.grad).all())}", "differs", "an empty response divides 0 by 0",
+                   summary=f"a batch with an empty response gives loss {m.value}: its length 0 divides 0 by 0")
     if float(m.grad[1].abs().max()) != 0:
-        return Row(EMPTY_RESPONSE, expected, "the empty response's padding gets a gradient", "differs")
+        return Row(EMPTY_RESPONSE, expected, "the empty response's padding gets a gradient", "differs",
+                   summary="an empty response's padding gets a gradient")
     base = -batch.adv[:, None] * ctx.k(batch.adv)[:, None]
     fits = {}
     for label, count in (("left out of the mean", False), ("counted in the mean", True)):
@@ -158,7 +173,8 @@ def _empty_response_row(ctx: Context) -> Row:
     same = abs(fits["left out of the mean"] - fits["counted in the mean"]) <= ctx.tol.grad
     if fits[best] > 10 * ctx.tol.grad:
         return Row(EMPTY_RESPONSE, expected, "finite, but the other responses' gradients match neither weighting "
-                   f"(rel. errors {', '.join(f'{k}: {v:.3g}' for k, v in fits.items())})", "differs", values=fits)
+                   f"(rel. errors {', '.join(f'{k}: {v:.3g}' for k, v in fits.items())})", "differs", values=fits,
+                   summary="an empty response changes the others' gradients in no known way")
     if same:
         measured = "finite; the empty response does not change the other weights under this aggregation"
     elif best == "counted in the mean":
@@ -180,4 +196,4 @@ def _empty_batch_row(ctx: Context) -> Row:
     measured = (f"returns {fmt(m.value)} with zero gradient" if zero
                 else f"returns {m.value} (gradient finite: {bool(torch.isfinite(m.grad).all())})")
     return Row(EMPTY_BATCH, expected, measured, verdict(zero), "" if zero else "a silent NaN or a nonzero gradient",
-               {"value": m.value})
+               {"value": m.value}, "" if zero else f"a batch without tokens {measured}: a silent NaN")

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Build one framework's environment from its pinned requirements file: bash conformance/build_env.sh KEY
-# (KEY as in conformance/frameworks.py). Rebuilt only when the requirements file is newer than the stamp.
+# Build one framework's environment from its pinned requirements file: bash framework_audit/build_env.sh KEY
+# (KEY as in framework_audit/frameworks.py). Rebuilt only when the requirements file is newer than the stamp.
 #
 # Layered environments install the framework's pins with --no-deps (exactly the listed packages, nothing a
-# framework's metadata would pull in) and read torch from the shared base conformance/.venv-torch through a
+# framework's metadata would pull in) and read torch from the shared base framework_audit/.venv-torch through a
 # .pth file, so the 900 MB CPU build of torch is installed once. The build time and size go to .build.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KEY=${1:?usage: bash conformance/build_env.sh KEY}
+KEY=${1:?usage: bash framework_audit/build_env.sh KEY}
 spec=$(python3 -c "
 import sys; sys.path.insert(0, '.')
-from conformance.frameworks import framework
+from framework_audit.frameworks import framework
 try:
     f = framework(sys.argv[1])
 except ValueError as e:
@@ -33,8 +33,8 @@ fresh() {  # fresh VENV REQUIREMENTS...: true when a requirements file is newer 
     return 0
 }
 
-BASE=conformance/.venv-torch
-BASE_REQ=conformance/requirements-torch.txt
+BASE=framework_audit/.venv-torch
+BASE_REQ=framework_audit/requirements-torch.txt
 if [ "$LAYERED" = 1 ] && ! fresh "$BASE" "$BASE_REQ"; then
     start=$(date +%s)
     rm -rf "$BASE" && python3 -m venv "$BASE"

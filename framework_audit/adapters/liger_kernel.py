@@ -5,7 +5,7 @@ applies ``LigerFusedLinearGRPOFunction.ppo_loss_fn`` to each chunk's log-probs; 
 static method on the whole batch (one chunk), with the module's defaults.
 """
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "liger_kernel.chunked_loss.grpo_loss.LigerFusedLinearGRPOFunction.ppo_loss_fn"
 

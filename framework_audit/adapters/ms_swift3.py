@@ -6,7 +6,7 @@ GRPOArgumentsMixin's defaults for the SAPO options, with the trainer's other fea
 
 from types import SimpleNamespace
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "swift.trainers.rlhf_trainer.grpo_trainer.GRPOTrainer._compute_loss_and_metrics"
 

@@ -1,6 +1,6 @@
 """verl 0.9.1: compute_policy_loss_sapo, called as verl's actor calls it (workers/utils/losses.py)."""
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "verl.trainer.ppo.core_algos.compute_policy_loss_sapo"
 

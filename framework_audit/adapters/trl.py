@@ -8,7 +8,7 @@ import tempfile
 
 import torch
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "trl.GRPOTrainer._compute_loss"
 

@@ -1,6 +1,6 @@
 """skyrl-train 0.3.1: sapo_policy_loss, with trainer.algorithm from its packaged ppo_base_config.yaml."""
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "skyrl_train.utils.ppo_utils.sapo_policy_loss"
 

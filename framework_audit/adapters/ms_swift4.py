@@ -8,7 +8,7 @@ The Megatron trainer's SAPO branch (swift/megatron/trainers/grpo_trainer.py) nee
 
 from types import SimpleNamespace
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "swift.rlhf_trainers.grpo_trainer.GRPOTrainer._compute_loss_and_metrics"
 

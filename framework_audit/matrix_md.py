@@ -77,7 +77,7 @@ def render(matrix: dict) -> str:
         f"# {matrix['title']}",
         "",
         f"Written by `{matrix['command']}` on {matrix['generated']} from results/conformance/raw/ (one file per "
-        "framework, each written inside that framework's own environment by `python -m conformance.run KEY`). "
+        "framework, each written inside that framework's own environment by `python -m framework_audit.run KEY`). "
         "Each framework's own SAPO loss, imported from its pinned, installed version, is audited by "
         "`sapo_lab.conformance.audit` in float64 against the paper's objective with tau_pos = 1, tau_neg = 1.05, "
         "at its defaults and at the setting that matches the paper. Generated: do not edit by hand.",

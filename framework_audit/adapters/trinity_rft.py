@@ -1,6 +1,6 @@
 """Trinity-RFT 0.6.0: its registered "sapo" policy loss, called as its verl backend calls it."""
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "trinity.algorithm.policy_loss_fn.sapo_policy_loss.SAPOPolicyLossFn"
 

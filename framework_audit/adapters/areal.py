@@ -1,6 +1,6 @@
 """AReaL 1.0.4: sapo_loss_fn, called as its actor's grpo_loss_fn calls it when actor.use_sapo_loss=true."""
 
-from conformance.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
 
 FUNCTION = "areal.utils.functional.sapo_loss_fn"
 

@@ -1,7 +1,7 @@
 """Audit one framework's own SAPO loss inside its environment and write its raw result as JSON.
 
 Usage (from the repository root, with the framework's interpreter):
-    conformance/.venv-verl/bin/python -m conformance.run verl --out results/conformance/raw
+    framework_audit/.venv-verl/bin/python -m framework_audit.run verl --out results/conformance/raw
 
 Every setting of the adapter is audited with ``sapo_lab.conformance.audit`` in float64. A framework whose
 function does not import gets one line, its import error, and its settings stay listed.
@@ -23,12 +23,12 @@ import time
 import warnings
 from pathlib import Path
 
-from conformance.adapters import TAU_NEG, TAU_POS
-from conformance.frameworks import framework
+from framework_audit.adapters import TAU_NEG, TAU_POS
+from framework_audit.frameworks import framework
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPE = "float64"
-TORCH_BASE = "conformance/.venv-torch"  # build_env.sh's shared torch for layered environments
+TORCH_BASE = "framework_audit/.venv-torch"  # build_env.sh's shared torch for layered environments
 
 
 def first_line(exc: BaseException) -> str:
@@ -107,7 +107,7 @@ def audit_settings(adapter, fw, function, import_error: str | None) -> list[dict
 
 def run(key: str) -> dict:
     fw = framework(key)
-    adapter = importlib.import_module(f"conformance.adapters.{key}")
+    adapter = importlib.import_module(f"framework_audit.adapters.{key}")
     import_error = None
     function = None
     start = time.perf_counter()
@@ -125,7 +125,7 @@ def run(key: str) -> dict:
         "date": datetime.date.today().isoformat(),
         "engine": engine_fingerprint(),
         "command": f"{Path(sys.executable).relative_to(ROOT) if sys.executable.startswith(str(ROOT)) else 'python'}"
-                   f" -m conformance.run {key}",
+                   f" -m framework_audit.run {key}",
         "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),
         "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds,
                         **({"torch_base": env_build(ROOT / TORCH_BASE)} if fw.layered else {})},
@@ -134,7 +134,7 @@ def run(key: str) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m framework_audit.run", description=__doc__.splitlines()[0])
     parser.add_argument("framework")
     parser.add_argument("--out", default="results/conformance/raw", help="folder for <framework>.json")
     args = parser.parse_args(argv)

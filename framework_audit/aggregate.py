@@ -1,10 +1,10 @@
 """Collect the frameworks' raw audit results into results/conformance/matrix.json and matrix.md.
 
-    python -m conformance.aggregate                      # raw results from results/conformance/raw
-    python -m conformance.aggregate --raw DIR --check     # DIR's results replace the committed ones; exit 1
+    python -m framework_audit.aggregate                      # raw results from results/conformance/raw
+    python -m framework_audit.aggregate --raw DIR --check     # DIR's results replace the committed ones; exit 1
                                                           # if the matrix differs from the committed file
 
-The matrix lists every framework of conformance/frameworks.py, in that order; one whose raw result is
+The matrix lists every framework of framework_audit/frameworks.py, in that order; one whose raw result is
 missing is listed as "not run". ``--check`` ignores what changes from run to run without changing a
 finding: dates, timings, environment sizes and digits below the audit's resolution.
 """
@@ -19,8 +19,8 @@ import re
 import sys
 from pathlib import Path
 
-from conformance.frameworks import FRAMEWORKS
-from conformance.matrix_md import render
+from framework_audit.frameworks import FRAMEWORKS
+from framework_audit.matrix_md import render
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "conformance"
@@ -103,7 +103,7 @@ def write(matrix: dict, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.aggregate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m framework_audit.aggregate", description=__doc__.splitlines()[0])
     parser.add_argument("--raw", action="append", default=[], help="a folder of fresh <framework>.json (repeatable)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")

@@ -1,6 +1,6 @@
 """The audited frameworks: the package, its pinned version, its environment and its adapter.
 
-A framework's environment is built from its own requirements file by ``conformance/build_env.sh``.
+A framework's environment is built from its own requirements file by ``framework_audit/build_env.sh``.
 The versions here must equal the pins in those files (tests/test_conformance_matrix.py checks it).
 """
 
@@ -16,7 +16,7 @@ class Framework:
     version: str
     requirements: str  # repository-relative
     venv: str  # repository-relative
-    layered: bool = True  # reads torch from conformance/.venv-torch (build_env.sh) instead of its own copy
+    layered: bool = True  # reads torch from framework_audit/.venv-torch (build_env.sh) instead of its own copy
 
     @property
     def label(self) -> str:
@@ -24,7 +24,7 @@ class Framework:
 
 
 def _own(key: str, package: str, version: str) -> Framework:
-    return Framework(key, package, version, f"conformance/requirements-{key}.txt", f"conformance/.venv-{key}")
+    return Framework(key, package, version, f"framework_audit/requirements-{key}.txt", f"framework_audit/.venv-{key}")
 
 
 FRAMEWORKS = (
