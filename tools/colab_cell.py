@@ -5,8 +5,11 @@
 
 tests/test_book.py compares every notebook's first code cell with :func:`colab_cell_source`.
 
-The cell installs sapo_lab with ``--no-deps`` and then the runtime dependencies except torch, so that a
-Colab runtime keeps its own CUDA torch: resolving ``torch>=...`` could replace it with a multi-GB download.
+The cell installs sapo_lab (from ``SAPO_LAB_REPOSITORY`` when set, else _config.yml's repository) with
+``--no-deps`` and then the runtime dependencies except torch, so that a Colab runtime keeps its own CUDA
+torch: resolving ``torch>=...`` could replace it with a multi-GB download. In the chapters that read
+committed results (sapo_lab.book_data.CHAPTERS) it then calls ``chapter_data``, which fetches them when
+the chapter runs outside the repository.
 """
 
 from __future__ import annotations
@@ -46,21 +49,46 @@ def _continued(words: list[str], first: str, indent: str = " " * 8) -> str:
     return "\n".join([*lines, line])
 
 
-def colab_cell_source() -> str:
+def _data_chapters() -> dict:
+    sys.path.insert(0, str(ROOT))  # the checkout's sapo_lab, whatever the running environment holds
+    from sapo_lab.book_data import CHAPTERS
+
+    return CHAPTERS
+
+
+def colab_cell_source(chapter: str | None = None) -> str:
+    """The first code cell of ``chapter`` (a notebook stem): the install, then the fetch if it reads data."""
     pins = [f'"{d}"' for d in runtime_requirements_except_torch()]
-    return (
+    cell = (
         "# On Colab or a fresh kernel, install sapo_lab only if it is missing.\n"
         "# --no-deps keeps the runtime's own torch (a resolver could replace\n"
         "# Colab's CUDA build with a multi-GB download); the second install adds\n"
         "# sapo_lab's other dependencies, as pyproject.toml declares.\n"
+        "# SAPO_LAB_REPOSITORY (a URL or a local clone) replaces the repository.\n"
+        "import os\n"
+        "\n"
         "try:\n"
         "    import sapo_lab\n"
         "except ImportError:\n"
-        "    %pip install -q --no-deps \\\n"
-        f'        "sapo-lab @ git+{repository_url()}"\n'
+        "    source = os.environ.get(\n"
+        f'        "SAPO_LAB_REPOSITORY", "{repository_url()}"\n'
+        "    )\n"
+        '    if "://" not in source:\n'
+        '        source = "file://" + os.path.abspath(source)\n'
+        '    %pip install -q --no-deps "sapo-lab @ git+{source}"\n'
         + _continued(pins, "    %pip install -q") + "\n"
         "    import sapo_lab"
     )
+    if chapter in _data_chapters():
+        cell += (
+            "\n"
+            "# Outside the repository, fetch the committed results this chapter\n"
+            "# reads into a local cache, once, each file checked by SHA-256.\n"
+            "from sapo_lab.book_data import chapter_data\n"
+            "\n"
+            f'chapter_data("{chapter}")'
+        )
+    return cell
 
 
 def first_code_cell(nb: dict) -> dict:
@@ -69,9 +97,9 @@ def first_code_cell(nb: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    wanted = colab_cell_source()
     stale = []
     for path in sorted((ROOT / "book").glob("*.ipynb")):
+        wanted = colab_cell_source(path.stem)
         nb = json.loads(path.read_text())
         cell = first_code_cell(nb)
         if "".join(cell["source"]) == wanted:

@@ -32,6 +32,10 @@ def results_root(start: str | os.PathLike | None = None) -> Path:
     for p in (here, *here.parents):
         if (p / "results").is_dir() and (p / "experiments").is_dir():
             return p / "results"
+    from ..book_data import cache_root  # a chapter run alone reads what its first cell fetched
+
+    if (cache_root() / "results").is_dir() and (cache_root() / "experiments").is_dir():
+        return cache_root() / "results"
     raise FileNotFoundError(f"no results/ folder next to an experiments/ folder above {here}")
 
 
