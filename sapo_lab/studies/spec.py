@@ -24,7 +24,9 @@ words), ``alpha``, the primary ``tests`` (each ``{"id", "question", "method", "r
 tests sharing a ``family`` are Holm-adjusted together), optional ``tuning`` arms (each
 ``{"id", "question", "arms": {NAME: [methods]}, "tune_on", "test"}``: per arm, the method
 with the best seed-mean ``tune_on`` is chosen, then the chosen methods are compared paired
-by seed on the endpoint) and ``exploratory`` (what everything else is). Once a study has run
+by seed on the endpoint), optional ``contrasts`` (a trend of the gap over a factor, or a tuning
+arm over keys outside the loss section: :mod:`sapo_lab.studies.contrasts`) and ``exploratory``
+(what everything else is). Once a study has run
 with an analysis block, the block is part of its declaration and cannot change; a study that
 ran without one may gain a post hoc block.
 
@@ -57,7 +59,7 @@ STUDY_KEYS = {
     "breakdown_samples",
     "analysis",
 }
-ANALYSIS_KEYS = {"declared", "declared_utc", "endpoint", "alpha", "tests", "tuning", "exploratory"}
+ANALYSIS_KEYS = {"declared", "declared_utc", "endpoint", "alpha", "tests", "tuning", "contrasts", "exploratory"}
 DECLARED = ("before running", "post hoc")
 TESTS = ("paired_t",)
 BUDGET_KEYS = {"max_steps": "optimization.max_steps", "max_train_time_s": "max_train_time_s"}
@@ -159,6 +161,10 @@ def _check_analysis(plan, study: dict) -> None:
         ids.add(arm["id"])
     if len(ids) != len(plan["tests"]) + len(plan.get("tuning", [])):
         raise ValueError("analysis test and tuning ids must be unique")
+    if "contrasts" in plan:  # trends and tuning outside the loss section: sapo_lab.studies.contrasts
+        from .contrasts import check_contrasts
+
+        check_contrasts(plan["contrasts"], study, ids)
 
 
 def _check_collapse(criteria) -> None:
