@@ -38,6 +38,7 @@ def test_student_copy_stubs_solutions_keeps_everything_else_and_round_trips(writ
     for s, t in zip(student["cells"], teacher["cells"], strict=True):
         if make_student.is_solution(t):
             assert make_student.is_stub(s), "a solution cell survived into the student notebook"
+            assert make_student.WRONG_ANSWERS not in s["metadata"], "a registered wrong answer reached the student"
             assert "".join(s["source"]) != "".join(t["source"])
         else:
             assert s == t, "a non-solution cell changed"

@@ -4,6 +4,8 @@ A teacher notebook marks a coded solution with the cell tag ``solution`` and the
 ``check``; a written answer is a markdown cell tagged ``solution``. The student copy replaces each solution cell
 by a stub (code: "your code here" and ``raise NotImplementedError``; markdown: an empty answer) and leaves every
 other cell, checks included, byte for byte as it was, so students run the check to learn whether they are right.
+A solution cell's ``wrong_answers`` metadata (the plausible mistakes tests/test_exercise_checks.py runs each
+check against) stays in the teacher notebook only.
 
     python tools/make_student.py [OUTPUT_DIR]      # default: student/
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
+WRONG_ANSWERS = "wrong_answers"
 CODE_STUB = ("# Your code here: solve the exercise above, then run the check cell below.\n"
              'raise NotImplementedError("your code here")')
 TEXT_STUB = "**Your answer here.**"
@@ -40,6 +43,7 @@ def student_notebook(teacher: dict) -> dict:
         if is_solution(cell):
             stub = CODE_STUB if cell["cell_type"] == "code" else TEXT_STUB
             cell["source"] = stub.splitlines(keepends=True)
+            cell["metadata"].pop(WRONG_ANSWERS, None)
             if cell["cell_type"] == "code":
                 cell["outputs"], cell["execution_count"] = [], None
     return student

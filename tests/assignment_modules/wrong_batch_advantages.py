@@ -1,0 +1,8 @@
+"""Planted mistake: the update normalises rewards over the whole batch, not per group."""
+from wraps_sapo_lab import *  # noqa: F403
+from wraps_sapo_lab import group_advantages, sapo_loss
+
+
+def update_loss(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05):
+    adv = group_advantages(rewards.reshape(1, -1)).reshape(-1)
+    return sapo_loss(logp, behavior_logp, adv, mask, tau_pos, tau_neg)

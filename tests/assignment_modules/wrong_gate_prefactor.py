@@ -1,0 +1,7 @@
+"""Planted mistake: the gate without its 4/tau prefactor."""
+import torch
+from wraps_sapo_lab import *  # noqa: F403
+
+
+def sapo_gate(ratio, tau):
+    return torch.sigmoid(tau * (ratio - 1.0))

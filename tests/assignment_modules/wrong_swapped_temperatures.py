@@ -1,0 +1,11 @@
+"""Planted mistake: tau_pos and tau_neg swapped in the SAPO loss."""
+import torch
+from wraps_sapo_lab import *  # noqa: F403
+from wraps_sapo_lab import masked_mean
+
+
+def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+    r = torch.exp(logp - behavior_logp.detach())
+    a = advantages[:, None].expand_as(logp)
+    tau = torch.where(a > 0, torch.full_like(a, tau_neg), torch.full_like(a, tau_pos))
+    return masked_mean(-a * (4.0 / tau) * torch.sigmoid(tau * (r - 1.0)), mask)

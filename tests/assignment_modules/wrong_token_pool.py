@@ -1,0 +1,7 @@
+"""Planted mistake: the two aggregations swapped."""
+from wraps_sapo_lab import *  # noqa: F403
+from wraps_sapo_lab import masked_mean as _right
+
+
+def masked_mean(values, mask, aggregation="per_response"):
+    return _right(values, mask, "token_pool" if aggregation == "per_response" else "per_response")
