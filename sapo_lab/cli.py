@@ -293,6 +293,13 @@ def cmd_conformance(args, overrides) -> int:
     return run_conformance(args)
 
 
+def cmd_grade(args, overrides) -> int:
+    """``grade``: grade a SAPO assignment module (0 all parts pass, 1 a part fails, 2 not gradable)."""
+    from .course.grader import run_grade
+
+    return run_grade(args.module, train=args.train)
+
+
 # ---------------------------------------------------------------- the flags of each command
 
 
@@ -372,6 +379,11 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _grade_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("module", help="path of the student's module (assignment/sapo_assignment.py filled in)")
+    p.add_argument("--train", action="store_true", help="also train cpu-tiny with the module's sapo_loss (minutes)")
+
+
 def _conformance_flags(p: argparse.ArgumentParser) -> None:
     from .conformance.cli import add_flags  # argparse only: no torch for --help
 
@@ -398,6 +410,7 @@ COMMANDS = (
     Command("study", "run or continue a declared study (experiments/NAME.json -> results/NAME/)", _study_flags, cmd_study),
     Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
             _conformance_flags, cmd_conformance),
+    Command("grade", "grade a SAPO assignment module against frozen outputs: PATH_TO_MODULE", _grade_flags, cmd_grade),
 )
 
 
