@@ -20,7 +20,10 @@ driver: ``SE_OFFLINE=true``). One visit collects a report; the tests then check 
   the column. Collapsed cells and solutions are opened first, since a reader opens them.
   The report names the page, the section and the first line that does not fit. An
   output that is meant to scroll carries the cell tag ``wide-output`` (a visible box,
-  book/_static/sapo_lab.css) and is allowed.
+  book/_static/sapo_lab.css) and is allowed. Display equations are measured too: one that
+  runs past the column (cut, or scrolling inside its box) is reported with its TeX;
+* no page scrolls sideways on a phone: at a 390 px wide mobile viewport the document is no
+  wider than the screen, and the report names the widest elements that stick out.
 
 Screenshots of two chapters go to ``_build/screenshots/``.
 
@@ -390,12 +393,12 @@ function firstWideLine(pre) {       // the first line whose rendered width excee
   return {line_no: widest + 1, line: clip(lines[widest]), chars: lines[widest].length};
 }
 
-const found = [], counts = {code: 0, output: 0, table: 0, figure: 0};
+const found = [], counts = {code: 0, output: 0, table: 0, figure: 0, math: 0};
 function record(el, kind, px, where) {
   counts[kind] += 1;
   if (px <= 1) return;
   found.push(Object.assign({kind, node: el, px: Math.round(px), section: section(el),
-                            allowed: kind !== 'code' && !!el.closest(allowed)}, where));
+                            allowed: kind !== 'code' && kind !== 'math' && !!el.closest(allowed)}, where));
 }
 for (const pre of article.querySelectorAll('pre')) {
   record(pre, pre.closest('.cell_output') ? 'output' : 'code', excess(pre), firstWideLine(pre));
@@ -411,6 +414,18 @@ for (const gd of article.querySelectorAll('.js-plotly-plot')) {
   const px = Math.max(drawn - gd.parentElement.clientWidth, gd.getBoundingClientRect().right - columnRight);
   const title = gd._fullLayout && gd._fullLayout.title ? gd._fullLayout.title.text || '' : '';
   record(gd, 'figure', px, {line_no: 1, line: clip('figure: ' + title), width: Math.round(drawn)});
+}
+// Display equations: the typeset formula against its box and the column (the TeX names it).
+const texOf = new Map();
+try {
+  for (const item of MathJax.startup.document.math) texOf.set(item.typesetRoot, item.math);
+} catch (e) { /* no MathJax on the page */ }
+for (const mc of article.querySelectorAll('mjx-container[display="true"]')) {
+  const box = mc.closest('div.math') || mc.parentElement;
+  const formula = (mc.querySelector('mjx-math') || mc).getBoundingClientRect();
+  const px = Math.max(formula.width - box.clientWidth, formula.right - columnRight,
+                      mc.scrollWidth - mc.clientWidth, box.scrollWidth - box.clientWidth);
+  record(mc, 'math', px, {line_no: 1, line: clip('math: ' + (texOf.get(mc) || box.textContent).trim())});
 }
 // An output wider than the column that none of the above explains (e.g. raw HTML).
 for (const out of article.querySelectorAll('.cell_output')) {
@@ -575,6 +590,113 @@ def test_screenshots(site, driver, reports):
         finally:
             driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         assert target.stat().st_size > 20_000, f"{target} looks blank"
+
+
+# ---- no sideways scroll on a phone ---------------------------------------------------------------------------
+
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True}
+
+# The document's width against the screen's, and the outermost elements that stick out past its right edge.
+PAGE_WIDTH_REPORT = r"""
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('.toggle-hidden').forEach(el => el.classList.remove('toggle-hidden'));
+const screen = document.documentElement.clientWidth;
+const out = [];
+for (const el of document.body.querySelectorAll('*')) {
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 || r.right <= screen + 1) continue;
+  const parent = el.parentElement;
+  if (parent && parent !== document.body && parent.getBoundingClientRect().right > screen + 1) continue;
+  let clipped = false;                 // inside a box that scrolls or clips: the page does not move
+  for (let a = parent; a && a !== document.body; a = a.parentElement) {
+    const ox = getComputedStyle(a).overflowX;
+    if (ox !== 'visible' && a.getBoundingClientRect().right <= screen + 1) { clipped = true; break; }
+  }
+  if (clipped) continue;
+  const sec = el.closest('section');
+  const h = sec && sec.querySelector('h1, h2, h3, h4');
+  out.push({tag: el.tagName.toLowerCase(), cls: String(el.className).slice(0, 60), px: Math.round(r.right - screen),
+            section: h ? h.textContent.replace(/[#¶]/g, '').trim().slice(0, 60) : '',
+            text: (el.textContent || '').trim().slice(0, 80)});
+}
+out.sort((a, b) => b.px - a.px);
+return {screen, document: document.documentElement.scrollWidth, body: document.body.scrollWidth,
+        sticking_out: out.slice(0, 8)};
+"""
+
+
+def _on_phone(drv, base: str, page: str, plant=None) -> dict:
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    try:
+        _open(drv, base, page)
+        if drv.execute_script("return document.querySelectorAll('.math').length > 0"):
+            drv.execute_async_script(WAIT_FOR_MATHJAX.replace("arguments_timeout", str(int(WAIT_S * 1000))))
+        _wait(lambda: drv.execute_script(
+            "return Array.from(document.querySelectorAll('.plotly-graph-div')).every(g => g._fullLayout)"))
+        if plant:
+            drv.execute_script(plant)
+        return drv.execute_script(PAGE_WIDTH_REPORT)
+    finally:
+        drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def _sideways(report: dict) -> int:
+    return max(report["document"], report["body"]) - report["screen"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(site, driver, page):
+    # Catches unbreakable inline code, tables and equations wider than a 390 px screen that move the whole page.
+    report = _on_phone(driver, site, page)
+    assert report["screen"] == PHONE["width"], f"the emulated screen is {report['screen']} px, not {PHONE['width']}"
+    assert _sideways(report) <= 1, (
+        f"{page} scrolls {_sideways(report)} px sideways on a {PHONE['width']} px phone; sticking out:\n"
+        + "\n".join(f"  <{e['tag']} class='{e['cls']}'> in '{e['section']}', {e['px']} px: {e['text']!r}"
+                    for e in report["sticking_out"]))
+
+
+PLANT_WIDE_BLOCK = r"""
+const block = document.createElement('div');
+block.style.width = '1000px';
+block.textContent = 'planted wide block';
+document.querySelector('article.bd-article').appendChild(block);
+"""
+
+
+def test_the_phone_check_reports_a_planted_wide_block(site, driver):
+    # Without it, the phone test could pass because it measured the wrong element or the emulation failed.
+    clean = _on_phone(driver, site, PLANT_PAGE)
+    planted = _on_phone(driver, site, PLANT_PAGE, plant=PLANT_WIDE_BLOCK)
+    assert _sideways(clean) <= 1, clean
+    assert _sideways(planted) > 500, planted
+    assert any("planted wide block" in e["text"] for e in planted["sticking_out"]), planted["sticking_out"]
+
+
+# A display equation far wider than any column, typeset by the page's own MathJax.
+PLANT_EQUATION = r"""
+const done = arguments[arguments.length - 1];
+const box = document.createElement('div');
+box.className = 'math notranslate nohighlight';
+box.textContent = '\\[' + Array.from({length: 40}, (_, i) => 'x_{' + i + '}').join('+') + '=\\mathrm{planted}\\]';
+document.querySelector('article.bd-article section').appendChild(box);
+MathJax.typesetPromise([box]).then(() => done('ok'), e => done('MathJax: ' + e));
+"""
+
+
+def test_the_overflow_check_reports_a_planted_wide_equation(site, driver):
+    # The display-math half of the column check: a long equation must be named, never allowed.
+    driver.set_window_size(1280, HEIGHT)
+    try:
+        _open(driver, site, PLANT_PAGE)
+        driver.execute_async_script(WAIT_FOR_MATHJAX.replace("arguments_timeout", str(int(WAIT_S * 1000))))
+        assert driver.execute_async_script(PLANT_EQUATION) == "ok"
+        report = driver.execute_script(OVERFLOW_REPORT, f".tag_{WIDE_OUTPUT_TAG}")
+    finally:
+        driver.set_window_size(DEFAULT_WIDTH, HEIGHT)
+    planted = [f for f in report["found"] if "planted" in f["line"]]
+    assert [(f["kind"], f["allowed"]) for f in planted] == [("math", False)], report["found"]
+    assert planted[0]["px"] > 200, planted
+    assert report["counts"]["math"] >= 2, report["counts"]   # the page's own equations were measured too
 
 
 # ---- the course apparatus: numbered exercises, collapsed solutions, citations, pseudocode ----------------------
