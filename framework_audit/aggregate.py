@@ -59,8 +59,9 @@ def _number(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-_TINY = re.compile(r"[-+]?\d+(?:\.\d+)?e-(?:0*[7-9]|\d{2,})")
-_FLOAT = re.compile(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?")
+# A number inside text, never a part of a dotted version ("ray 2.60.0" stays as it is).
+_TINY = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?e-(?:0*[7-9]|\d{2,})(?!\.?\d)")
+_FLOAT = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?:e[-+]?\d+)?(?!\.?\d)")
 
 
 def _text(s: str) -> str:
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # a relative --out is relative to the working directory
     matrix = build(load_raw([RESULTS / "raw", *map(Path, args.raw)]), datetime.date.today().isoformat())
     if not args.check:
         write(matrix, out)
@@ -120,8 +121,9 @@ def main(argv=None) -> int:
         return 2
     diff = differences(comparable(matrix), comparable(json.loads(committed_path.read_text())))
     if diff:
+        shown = committed_path.relative_to(ROOT) if committed_path.is_relative_to(ROOT) else committed_path
         print(f"the audit changed the matrix ({len(diff)} differences); rerun `make conformance` and commit "
-              f"{committed_path.relative_to(ROOT)}:", file=sys.stderr)
+              f"{shown}:", file=sys.stderr)
         for line in diff[:20]:
             print(f"  {line}", file=sys.stderr)
         return 1

@@ -4,116 +4,118 @@ from __future__ import annotations
 
 import json
 
+LEVEL_WORDS = {"training": "training, as the trainer calls it", "function": "function, as called"}
+SHORT = {  # row names in the summary's "differs in" column
+    "per-token gradient (autograd)": "gradient",
+    "per-token gradient (finite differences of the value)": "value vs gradient",
+    "on-policy gradient (r = 1)": "r = 1 factor",
+    "gradient shape r*w_tau(r)": "gate shape",
+    "temperature for A > 0": "tau A>0",
+    "temperature for A < 0": "tau A<0",
+    "temperature for A = 0": "tau A=0",
+    "aggregation": "aggregation",
+    "importance-sampling level": "level",
+    "extreme log-ratios": "extreme log r",
+    "zero advantages (equal-reward group)": "A = 0",
+    "empty response in a batch": "empty response",
+    "batch without tokens": "empty batch",
+    "padding tokens": "padding",
+}
+
 
 def _cell(x) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def _num(x, digits: int = 4) -> str:
-    return f"{x:.{digits}g}" if isinstance(x, int | float) else str(x)
+def _row(card: dict, prop: str) -> dict:
+    return next((r for r in card["rows"] if r["property"] == prop), {"values": {}, "verdict": "-", "measured": "-"})
 
 
-def _row(card: dict, prop_start: str) -> dict:
-    """The card's row whose property name starts with ``prop_start`` (names are the engine's)."""
-    return next((r for r in card["rows"] if r["property"].startswith(prop_start)), {"values": {}, "verdict": "-"})
+def differing(card: dict) -> list[str]:
+    """The checks of a card that are not a pass, in row order."""
+    return [r["property"] for r in card["rows"] if r["verdict"] not in ("pass", "info")]
 
 
-def _required(card: dict) -> tuple[int, int]:
-    rows = [r for r in card["rows"] if r["verdict"] != "info"]
-    return sum(r["verdict"] == "pass" for r in rows), len(rows)
-
-
-def _extreme(row: dict) -> str:
-    """'zero below log r = -20 (A > 0, A < 0)' from the row's thresholds; the measured text otherwise."""
-    found = {}
+def extreme_text(card: dict) -> str:
+    """The extreme-ratio row in a few words: finite, NaN above a threshold, or a credited clamp."""
+    row = _row(card, "extreme log-ratios")
+    found = []
     for sign in ("A > 0", "A < 0"):
         for side, hit in (row.get("values", {}).get(sign) or {}).items():
             word = "below" if side == "lower" else "above"
-            found.setdefault(f"{hit['kind']} {word} log r = {_num(hit['threshold'], 3)}", []).append(sign)
-    if found:
-        return "; ".join(f"{k} ({', '.join(v)})" for k, v in found.items())
-    return "as the closed form" if row.get("verdict") == "pass" else row.get("measured", "-")
+            kind = {"nonfinite": "NaN", "zero": "clamp", "frozen": "frozen"}.get(hit["kind"], hit["kind"])
+            found.append(f"{kind} {word} {hit['threshold']:+.2f}" + (" (harmless)" if hit.get("harmless") else ""))
+    found = list(dict.fromkeys(found))
+    if not found:
+        return "finite" if row.get("verdict") == "pass" else row.get("verdict", "-")
+    return ", ".join(found)
 
 
-def headline(card: dict) -> dict:
-    """The few numbers a reader compares first, read from the card's rows."""
-    on_policy = _row(card, "on-policy").get("values", {})
-    empty = _row(card, "empty response").get("values", {})
-    no_tokens = _row(card, "batch without tokens")
-    ok, n = _required(card)
+def headline(entry: dict) -> dict:
+    """The few things a reader compares first for one audited setting."""
+    card, card32 = entry["card"], entry.get("card_float32")
+    diff = differing(card)
+    verdict = card.get("verdict") or ("CONFORMS" if not diff else f"DIFFERS in {len(diff)}")
+    grad32 = _row(card32, "per-token gradient (autograd)") if card32 else {}
     return {
-        "conforms": f"{'yes' if ok == n else 'no'} ({ok}/{n})",
-        "on-policy factor A>0 / A<0": f"{_num(on_policy.get('factor_pos', '-'))} / "
-                                      f"{_num(on_policy.get('factor_neg', '-'))}",
-        "gradient rel. error": _num(_row(card, "per-token gradient (autograd)").get("values", {})
-                                    .get("max_rel_error", "-"), 3),
-        "aggregation": _row(card, "aggregation").get("values", {}).get("aggregation", "-"),
-        "ratio level": _row(card, "importance-sampling level").get("values", {}).get("level", "-"),
-        "extreme log-ratios (to 100)": _extreme(_row(card, "extreme")),
-        "empty response": {True: "counted", False: "left out"}.get(empty.get("counted"), "-"),
-        "batch without tokens": _num(no_tokens.get("values", {}).get("value", no_tokens.get("measured", "-"))),
-        "value at r = 1": _row(card, "value at r = 1").get("values", {}).get("kind", "-"),
+        "level": entry.get("finding_level", card.get("finding_level", "function")),
+        "float64": verdict.split(":")[0].split(" (")[0],
+        "differs in": ", ".join(SHORT.get(p, p) for p in diff) or "-",
+        "float32: extreme log r": extreme_text(card32) if card32 else "-",
+        "float32: gradient": grad32.get("verdict", "-"),
+        "empty response": {True: "counted", False: "left out"}.get(
+            _row(card, "empty response in a batch").get("values", {}).get("counted"), "-"),
+        "old_logp": "detached" if not _row(card, "behaviour log-probs held constant").get("summary")
+                    else "caller detaches",
     }
-
-
-def _settings(fw: dict):
-    for s in fw["settings"]:
-        yield s, s.get("card")
 
 
 def _status(fw: dict, s: dict) -> str:
     if s["status"] == "import error":
         return f"import error: {fw['import_error']}"
     if s["status"] == "no such setting":
-        return f"no such setting: {s['note']}"
+        return f"not audited: {s['note']}"
+    if s["status"] == "cannot be audited":
+        return f"cannot be audited: {s.get('error', '')}"
     return s["status"]
+
+
+def _difference_lines(card: dict) -> list[str]:
+    order = [r for r in card["rows"] if r["verdict"] not in ("pass", "info")]
+    return [f"- {_cell(r.get('summary') or r['property'] + ': ' + r['measured'])}" for r in order]
 
 
 def render(matrix: dict) -> str:
     fws = matrix["frameworks"]
-    cards = [c for fw in fws for _, c in _settings(fw) if c]
-    props = [r["property"] for r in cards[0]["rows"]] if cards else []
+    entries = [s for fw in fws for s in fw["settings"] if s.get("card")]
+    keys = list(headline(entries[0])) if entries else []
     out = [
         f"# {matrix['title']}",
         "",
         f"Written by `{matrix['command']}` on {matrix['generated']} from results/conformance/raw/ (one file per "
         "framework, each written inside that framework's own environment by `python -m framework_audit.run KEY`). "
         "Each framework's own SAPO loss, imported from its pinned, installed version, is audited by "
-        "`sapo_lab.conformance.audit` in float64 against the paper's objective with tau_pos = 1, tau_neg = 1.05, "
-        "at its defaults and at the setting that matches the paper. Generated: do not edit by hand.",
+        "`sapo_lab.conformance.audit` against the paper's objective with tau_pos = 1, tau_neg = 1.05, in float64 "
+        "(the verdict) and in float32 (the dtype log-probs are trained in). *level* says what a finding "
+        "describes: the loss called as the framework's trainer calls it (training) or as a function with the "
+        "audit's arguments (function). Generated: do not edit by hand.",
         "",
         "## Summary",
         "",
+        "| framework | setting | " + " | ".join(keys) + " |",
+        "|---" * (len(keys) + 2) + "|",
     ]
-    keys = list(headline(cards[0])) if cards else []
-    out += ["| framework | setting | options | " + " | ".join(keys) + " | last run |",
-            "|---" * (len(keys) + 4) + "|"]
     for fw in fws:
         label = f"{fw['package']} {fw['version']}"
         if fw.get("status") == "not run":
-            out.append(f"| {label} | - | - | not run |" + " |" * (len(keys) - 1) + " - |")
+            out.append(f"| {label} | - | not run |" + " |" * (len(keys) - 1))
             continue
-        for s, card in _settings(fw):
-            opts = "-" if s["options"] is None else _cell(json.dumps(s["options"], sort_keys=True))
-            if card is None:
-                out.append(f"| {label} | {s['setting']} | {opts} | {_cell(_status(fw, s))} |"
-                           + " |" * (len(keys) - 1) + f" {fw['date']} |")
+        for s in fw["settings"]:
+            if not s.get("card"):
+                out.append(f"| {label} | {s['setting']} | {_cell(_status(fw, s))} |" + " |" * (len(keys) - 1))
                 continue
-            h = headline(card)
-            out.append(f"| {label} | {s['setting']} | {opts} | " + " | ".join(_cell(h[k]) for k in keys)
-                       + f" | {fw['date']} |")
-    if props:
-        out += ["", "## Verdicts", "", "Columns: " + "; ".join(f"P{i + 1} {p}" for i, p in enumerate(props)) + ".", ""]
-        out += ["| framework | setting | " + " | ".join(f"P{i + 1}" for i in range(len(props))) + " |",
-                "|---" * (len(props) + 2) + "|"]
-        for fw in fws:
-            for s, card in _settings(fw):
-                if card:
-                    verdicts = {r["property"]: r["verdict"] for r in card["rows"]}
-                    cells = [verdicts.get(p, "-") for p in props]
-                else:
-                    cells = ["-"] * len(props)
-                out.append(f"| {fw['package']} {fw['version']} | {s['setting']} | " + " | ".join(cells) + " |")
+            h = headline(s)
+            out.append(f"| {label} | {s['setting']} | " + " | ".join(_cell(h[k]) for k in keys) + " |")
     out += ["", "## Frameworks", ""]
     for fw in fws:
         out += [f"### {fw['package']} {fw['version']}", ""]
@@ -129,18 +131,29 @@ def render(matrix: dict) -> str:
         out += [f"Function: `{fw['function']}`. Last run {fw['date']}: `{fw['command']}` ({built}"
                 f"import {env.get('import_seconds', '-')} s; audit source {fw.get('engine', '-')}).", "",
                 "Versions: " + ", ".join(f"{k} {v}" for k, v in fw["versions"].items()) + ".", ""]
+        if fw.get("sources"):
+            out += ["Upstream source read (path in site-packages, lines, SHA-256 of the installed file):", ""]
+            out += [f"- `{src['path']}` lines {src['lines'][0]}-{src['lines'][1]}, sha256 {src['sha256'][:16]}"
+                    + ("" if src["matches_reading"] else " (**changed since the adapter's reading**)")
+                    + (f": {src['what']}" if src.get("what") else "") for src in fw["sources"]]
+            out.append("")
         if fw["import_error"]:
             out += [f"**Import error**: `{_cell(fw['import_error'])}`", ""]
-        for s, card in _settings(fw):
+        for s in fw["settings"]:
             opts = "no option gives it" if s["options"] is None else f"`{json.dumps(s['options'], sort_keys=True)}`"
             out += [f"#### {s['setting']}: {opts}", "", s["note"] + ("." if s["note"] else ""), ""]
-            if card is None:
+            if not s.get("card"):
                 out += [_status(fw, s), ""]
                 continue
-            ok, n = _required(card)
-            out += [f"{ok} of {n} required properties pass (expected ratio level: {card['level']}).", "",
-                    "| property | paper | measured | verdict |", "|---|---|---|---|"]
-            out += [f"| {_cell(r['property'])} | {_cell(r['expected'])} | {_cell(r['measured'])} | {r['verdict']} |"
-                    for r in card["rows"]]
+            out += [f"Level: {LEVEL_WORDS.get(s.get('finding_level', 'function'))}.", ""]
+            for key in ("card", "card_float32"):
+                card = s.get(key)
+                if card:
+                    out += [f"**{card.get('verdict', '-')}**", "", *_difference_lines(card), ""]
+            card = s["card"]
+            out += ["| property | paper | measured (float64) | verdict | float32 |", "|---|---|---|---|---|"]
+            v32 = {r["property"]: r["verdict"] for r in (s.get("card_float32") or {}).get("rows", [])}
+            out += [f"| {_cell(r['property'])} | {_cell(r['expected'])} | {_cell(r['measured'])} | {r['verdict']} "
+                    f"| {v32.get(r['property'], '-')} |" for r in card["rows"]]
             out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -3,8 +3,10 @@
 Usage (from the repository root, with the framework's interpreter):
     framework_audit/.venv-verl/bin/python -m framework_audit.run verl --out results/conformance/raw
 
-Every setting of the adapter is audited with ``sapo_lab.conformance.audit`` in float64. A framework whose
-function does not import gets one line, its import error, and its settings stay listed.
+Every setting of the adapter is audited with ``sapo_lab.conformance.audit`` in float64 (the verdict) and in
+float32 (the dtype log-probs are trained in: NaN, clamps). A framework whose function does not import gets one
+line, its import error, and its settings stay listed. The upstream files the adapter was written from are
+hashed: a file that changed since the adapter's reading is reported, and the result says so.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import datetime
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -27,7 +30,7 @@ from framework_audit.adapters import TAU_NEG, TAU_POS
 from framework_audit.frameworks import framework
 
 ROOT = Path(__file__).resolve().parent.parent
-DTYPE = "float64"
+DTYPES = ("float64", "float32")  # the verdict's dtype first
 TORCH_BASE = "framework_audit/.venv-torch"  # build_env.sh's shared torch for layered environments
 
 
@@ -82,27 +85,54 @@ def env_build(venv: Path) -> dict:
 
 
 def audit_settings(adapter, fw, function, import_error: str | None) -> list[dict]:
-    from sapo_lab.conformance import audit
+    from sapo_lab.conformance import AdapterError, audit
 
     results = []
     for s in adapter.SETTINGS:
-        entry = {"setting": s.name, "options": s.options, "note": s.note, "level": s.level}
+        entry = {"setting": s.name, "options": s.options, "note": s.note, "level": s.level,
+                 "finding_level": s.finding_level}
         if import_error is not None:
             entry["status"] = "import error"
         elif s.options is None:
             entry["status"] = "no such setting"
         else:
             start = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # frameworks' own deprecation chatter is not a finding
-                card = audit(adapter.make_loss(function, s.options), name=f"{fw.label} ({s.name})",
-                             tau_pos=TAU_POS, tau_neg=TAU_NEG, dtype=DTYPE, level=s.level,
-                             meta={"framework": fw.key, "setting": s.name})
             entry["status"] = "audited"
+            for dtype in DTYPES:
+                key = "card" if dtype == DTYPES[0] else f"card_{dtype}"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # frameworks' own deprecation chatter is not a finding
+                    try:
+                        card = audit(adapter.make_loss(function, s.options), name=f"{fw.label} ({s.name})",
+                                     tau_pos=TAU_POS, tau_neg=TAU_NEG, dtype=dtype, level=s.level,
+                                     meta={"framework": fw.key, "setting": s.name}, finding_level=s.finding_level)
+                    except AdapterError as exc:  # the loss cannot be called on the plainest batch
+                        entry["status"], entry["error"] = "cannot be audited", str(exc)
+                        break
+                entry[key] = card.to_dict()
             entry["audit_seconds"] = round(time.perf_counter() - start, 3)
-            entry["card"] = card.to_dict()
         results.append(entry)
     return results
+
+
+def site_file(path: str) -> Path | None:
+    """An installed file, by its path inside site-packages (found through its top-level package)."""
+    spec = importlib.util.find_spec(path.split("/")[0])
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    candidate = Path(list(spec.submodule_search_locations)[0]).parent / path
+    return candidate if candidate.is_file() else None
+
+
+def sources(adapter) -> list[dict]:
+    """The adapter's upstream files as installed: their SHA-256 next to the one the adapter was written from."""
+    out = []
+    for src in getattr(adapter, "SOURCES", ()):
+        found = site_file(src.path)
+        digest = hashlib.sha256(found.read_bytes()).hexdigest() if found else "not installed"
+        out.append({"path": src.path, "lines": [src.first, src.last], "what": src.what, "sha256": digest,
+                    "matches_reading": digest == src.sha256})
+    return out
 
 
 def run(key: str) -> dict:
@@ -129,6 +159,7 @@ def run(key: str) -> dict:
         "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),
         "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds,
                         **({"torch_base": env_build(ROOT / TORCH_BASE)} if fw.layered else {})},
+        "sources": sources(adapter),
         "settings": audit_settings(adapter, fw, function, import_error),
     }
 
@@ -152,6 +183,11 @@ def main(argv=None) -> int:
     audited = sum(s["status"] == "audited" for s in result["settings"])
     note = f"import error: {result['import_error']}" if result["import_error"] else f"{audited} settings audited"
     print(f"{result['package']} {result['version']}: {note} -> {path}")
+    changed = [s["path"] for s in result["sources"] if not s["matches_reading"]]
+    if changed:  # the findings may still hold, but the adapter's reading of the source is out of date
+        print(f"error: upstream source differs from the adapter's reading: {', '.join(changed)}; "
+              "re-read it and update the adapter's SOURCES and EXPECTED", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -435,10 +435,11 @@ def test_plain_float32_overflows_where_exp_does():
     upper = row.values["A > 0"]["upper"]
     assert upper["kind"] == "nonfinite" and upper["threshold"] == pytest.approx(math.log(torch.finfo(torch.float32).max),
                                                                                  abs=1e-3)
-    assert row.verdict == "differs" and "overflows float32" in row.summary and "clamping log r" in row.summary
+    assert row.verdict == "differs" and "overflows float32" in row.summary and "a clamp of log r" in row.summary
     clamped = audit(log_ratio_clamped_20, dtype=torch.float32)
     assert clamped.passed, clamped.to_text(details=True)
     assert clamped.row(EXTREME).values["A > 0"]["lower"]["harmless"] is True
+    assert "a harmless clamp" in clamped.row(EXTREME).summary and clamped.row(EXTREME) in clamped.notes()
 
 
 def test_harmless_clamp_is_credited_in_float64():

@@ -7,6 +7,7 @@ Each test runs the command line on a module written to a temporary folder, as a 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -67,7 +68,9 @@ NAMED = {
 
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch):
-    (tmp_path / "user_loss.py").write_text(PAPER)
+    for name in ("paper_losses", "planted"):  # a module of that name imported by another test is not ours
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    (tmp_path / "paper_losses.py").write_text(PAPER)
     names = "\n".join(f"{fn.__name__} = functools.partial(m.{fn.__name__}, tau_pos=1.0, tau_neg=1.05)"
                       for fn in planted_mistakes.WRONG_IMPLEMENTATIONS.values())
     (tmp_path / "planted.py").write_text(PLANTED.format(names=names))
@@ -90,7 +93,7 @@ def _fits(text: str):
 def test_the_papers_objective_conforms(user_dir, capsys):
     """The objective as the paper writes it, old log-probs as data: CONFORMS, exit 0, and a caller-contract note
     (not a failure) about passing old_logp without gradient."""
-    code, out, _ = _run(["user_loss:paper"], capsys)
+    code, out, _ = _run(["paper_losses:paper"], capsys)
     assert code == 0, out
     lines = out.splitlines()
     assert lines[0] == "CONFORMS: all 14 checks match the paper (float64, token level)"
@@ -99,7 +102,7 @@ def test_the_papers_objective_conforms(user_dir, capsys):
 
 
 def test_missing_four_over_tau_is_the_first_difference(user_dir, capsys):
-    code, out, _ = _run(["user_loss:missing_four_over_tau"], capsys)
+    code, out, _ = _run(["paper_losses:missing_four_over_tau"], capsys)
     assert code == 1
     assert out.splitlines()[:2] == [
         "DIFFERS in 2 of 14 checks (float64, token level)",
@@ -120,7 +123,7 @@ def test_every_mistake_has_its_words():
     assert set(NAMED) == set(planted_mistakes.WRONG_IMPLEMENTATIONS)
 
 
-@pytest.mark.parametrize("target", ["user_loss:paper", "user_loss:missing_four_over_tau",
+@pytest.mark.parametrize("target", ["paper_losses:paper", "paper_losses:missing_four_over_tau",
                                     "planted:behavior_recomputed_from_current"])
 @pytest.mark.parametrize("flags", [[], ["--details"], ["--dtype", "float32"], ["--updates-per-rollout", "1"]])
 def test_every_line_fits_100_columns(target, flags, user_dir, capsys):
@@ -131,35 +134,37 @@ def test_every_line_fits_100_columns(target, flags, user_dir, capsys):
 
 
 def test_details_and_json_carry_the_full_card(user_dir, capsys):
-    code, out, _ = _run(["user_loss:missing_four_over_tau", "--json"], capsys)
+    code, out, _ = _run(["paper_losses:missing_four_over_tau", "--json"], capsys)
     card = ReportCard.from_dict(json.loads(out))
     assert code == 1 and len(card.rows) == 16 and card.finding_level == "function"
     assert json.loads(out)["verdict"] == "DIFFERS in 2 of 14 checks (float64, token level)"
-    assert _run(["user_loss:missing_four_over_tau", "--json", "card.json"], capsys)[0] == 1
+    assert _run(["paper_losses:missing_four_over_tau", "--json", "card.json"], capsys)[0] == 1
     assert json.loads((user_dir / "card.json").read_text())["rows"] == json.loads(out)["rows"]
 
 
 def test_a_loss_that_always_raises_is_one_line_exit_2(user_dir, capsys):
-    code, out, err = _run(["user_loss:always_raises"], capsys)
+    code, out, err = _run(["paper_losses:always_raises"], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "raised KeyError: 'completion_mask'" in err, err
 
 
 def test_tau_held_in_float32_is_recognised(user_dir, capsys):
     """1.05 stored in float32 is 1.0499999523: the audit says so and conforms to float32's precision."""
-    code, out, _ = _run(["user_loss:tau_in_float32", "--details"], capsys)
+    code, out, _ = _run(["paper_losses:tau_in_float32"], capsys)
     assert code == 0, out
+    assert "  note: tau_neg is held in float32 (1.049999952)" in out  # the hint, without --details
+    code, out, _ = _run(["paper_losses:tau_in_float32", "--details"], capsys)
     assert "the loss holds tau_neg in float32 (1.049999952" in out
-    code, out, _ = _run(["user_loss:tau_in_float32", "--json"], capsys)
+    code, out, _ = _run(["paper_losses:tau_in_float32", "--json"], capsys)
     row = ReportCard.from_dict(json.loads(out)).row(TEMPERATURE_NEG)
     assert row.values["tau_held"] == pytest.approx(1.0499999523, abs=1e-9) and row.verdict == "pass"
 
 
 def test_on_policy_setting_says_sapo_equals_grpo(user_dir, capsys):
-    code, out, _ = _run(["user_loss:paper", "--updates-per-rollout", "1"], capsys)
+    code, out, _ = _run(["paper_losses:paper", "--updates-per-rollout", "1"], capsys)
     assert code == 0 and "SAPO's gradient equals GRPO's and" in out and "tau has no effect" in out
-    assert "GRPO" not in _run(["user_loss:paper"], capsys)[1]
-    assert _run(["user_loss:paper", "--updates-per-rollout", "0"], capsys)[0] == 2
+    assert "GRPO" not in _run(["paper_losses:paper"], capsys)[1]
+    assert _run(["paper_losses:paper", "--updates-per-rollout", "0"], capsys)[0] == 2
 
 
 def test_help_states_the_contract(capsys):

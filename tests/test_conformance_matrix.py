@@ -1,7 +1,10 @@
-"""The committed conformance matrix (results/conformance/) is complete and consistent with its sources.
+"""The committed conformance matrix (results/conformance/) is complete, consistent, and held to the source reading.
 
 Runs in the main environment, without any framework: the matrix was produced inside each framework's own
-environment (`make conformance`); CI reruns the frameworks that fit its budget (tools/ci_conformance.sh).
+environment (`make conformance`); CI reruns the frameworks that fit its budget (tools/ci_conformance.sh). For
+every framework, each adapter states which checks a reading of the upstream lines says differ (``EXPECTED``),
+pinned to those lines and the installed file's SHA-256 (``SOURCES``): a wrong finding in the matrix, even one
+written consistently everywhere, fails test_findings_match_the_source_reading.
 """
 
 import copy
@@ -13,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from framework_audit import aggregate
 from framework_audit.aggregate import RESULTS, build, comparable, differences, load_raw
 from framework_audit.frameworks import FRAMEWORKS
-from framework_audit.matrix_md import render
+from framework_audit.matrix_md import differing, render
 from framework_audit.run import engine_fingerprint, pinned_packages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +53,11 @@ def test_every_setting_is_audited_or_says_why_not(fw):
             assert s["status"] == "no such setting" and s["note"], s
         else:
             assert s["status"] == "audited", s
-            card = s["card"]
-            assert card["level"] == s["level"] and card["dtype"] == "float64"
-            assert card["rows"] and all(r["verdict"] in VERDICTS and r["measured"] for r in card["rows"])
+            for key, dtype in (("card", "float64"), ("card_float32", "float32")):
+                card = s[key]
+                assert card["level"] == s["level"] and card["dtype"] == dtype
+                assert card["finding_level"] == s["finding_level"]
+                assert card["rows"] and all(r["verdict"] in VERDICTS and r["measured"] for r in card["rows"])
     datetime.date.fromisoformat(entry["date"])  # says when it was last run
 
 
@@ -60,9 +66,71 @@ def test_settings_match_the_adapter(fw):
     """An adapter whose settings changed after the matrix was written (a stale matrix) fails here."""
     adapter = importlib.import_module(f"framework_audit.adapters.{fw.key}")  # imports no framework
     entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
-    assert [(s["setting"], s["options"], s["level"]) for s in entry["settings"]] == \
-        [(s.name, s.options, s.level) for s in adapter.SETTINGS]
+    assert [(s["setting"], s["options"], s["level"], s["finding_level"]) for s in entry["settings"]] == \
+        [(s.name, s.options, s.level, s.finding_level) for s in adapter.SETTINGS]
     assert entry["function"] == adapter.FUNCTION
+
+
+def mismatches(matrix: dict) -> list[str]:
+    """Where the matrix's findings differ from the adapters' reading of the upstream source (EXPECTED)."""
+    out = []
+    for fw in matrix["frameworks"]:
+        adapter = importlib.import_module(f"framework_audit.adapters.{fw['framework']}")
+        for s in fw["settings"]:
+            if s["options"] is None:
+                continue
+            for key, expected in (("card", adapter.EXPECTED), ("card_float32", adapter.EXPECTED_FLOAT32)):
+                got, want = sorted(differing(s[key])), sorted(expected[s["setting"]])
+                if got != want:
+                    out.append(f"{fw['framework']} {s['setting']} {key}: differs in {got}, source says {want}")
+    return out
+
+
+def test_findings_match_the_source_reading():
+    """Every committed finding equals what a reading of the framework's source lines says (adapter.EXPECTED)."""
+    assert mismatches(MATRIX) == []
+
+
+def _plant(matrix: dict, framework: str, prop: str, verdict: str) -> dict:
+    """A copy of the matrix with one row's verdict changed in every card of one framework, consistently."""
+    planted = copy.deepcopy(matrix)
+    for fw in planted["frameworks"]:
+        if fw["framework"] == framework:
+            for s in fw["settings"]:
+                for key in ("card", "card_float32"):
+                    for r in (s.get(key) or {}).get("rows", []):
+                        if r["property"] == prop:
+                            r["verdict"] = verdict
+    return planted
+
+
+@pytest.mark.parametrize("framework,prop,verdict", [
+    ("ms_swift3", "on-policy gradient (r = 1)", "pass"),  # the missing 4/tau hidden
+    ("trl", "aggregation", "differs"),  # a difference TRL does not have
+    ("verl", "extreme log-ratios", "differs"),  # verl's harmless clamp called a difference
+])
+def test_a_planted_wrong_finding_fails(framework, prop, verdict):
+    assert mismatches(_plant(MATRIX, framework, prop, verdict))
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
+def test_sources_are_the_adapters_reading(fw):
+    """The matrix was measured on the very files the adapter was written from (same lines, same SHA-256)."""
+    adapter = importlib.import_module(f"framework_audit.adapters.{fw.key}")
+    entry = next(f for f in MATRIX["frameworks"] if f["framework"] == fw.key)
+    assert [(s["path"], s["lines"], s["sha256"]) for s in entry["sources"]] == \
+        [(s.path, [s.first, s.last], s.sha256) for s in adapter.SOURCES]
+    assert adapter.SOURCES and all(s["matches_reading"] for s in entry["sources"])
+
+
+def test_check_takes_a_relative_out_and_keeps_versions(monkeypatch, capsys):
+    """`aggregate --check --out results/conformance` from the repository root compares, and a version such as
+    ray 2.60.0 is compared as written (not as the number 2.6)."""
+    monkeypatch.chdir(ROOT)
+    assert aggregate.main(["--check", "--out", "results/conformance"]) == 0, capsys.readouterr().err
+    versions = comparable({"versions": {"ray": "2.60.0", "torch": "2.13.0+cpu"}, "text": "error 0.19100"})
+    assert versions == {"versions": {"ray": "2.60.0", "torch": "2.13.0+cpu"}, "text": "error 0.191"}
+    assert differences(comparable({"v": "2.60.0"}), comparable({"v": "2.6.0"}))
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)

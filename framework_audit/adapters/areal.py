@@ -1,6 +1,9 @@
-"""AReaL 1.0.4: sapo_loss_fn, called as its actor's grpo_loss_fn calls it when actor.use_sapo_loss=true."""
+"""AReaL 1.0.4: sapo_loss_fn, with the arguments its actor's grpo_loss_fn passes when actor.use_sapo_loss=true.
 
-from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
+The actor's own normalisation across micro-batches is not reproduced: the findings are at the function level.
+"""
+
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting, Source
 
 FUNCTION = "areal.utils.functional.sapo_loss_fn"
 
@@ -15,6 +18,19 @@ SETTINGS = (
     Setting("sequence", {**_TAUS, "importance_sampling_level": "sequence"},
             "importance_sampling_level='sequence' (GSPO's sequence ratio)", level="sequence"),
 )
+
+SOURCES = (
+    Source("areal/utils/functional/functional.py", 562, 638,
+           "941a88c0c6a082625b075196f433cb336a2a15b8c45cd20527d64e0f211c75f0",
+           "sapo_loss_fn: (4/tau) sigmoid gate, r = exp(log r) unclamped, masked sum / the batch's token count"),
+    Source("areal/trainer/ppo/actor.py", 408, 596,
+           "32fa42bdb82943e47d6ce517ebf2cce0351b3d4fc0ac75dbe4f8a49e54ac638d",
+           "grpo_loss_fn: calls sapo_loss_fn with per-token advantages when use_sapo_loss"),
+)
+
+# Read from those lines: a token pool (one mean over the batch's tokens); in float32 exp(log r) overflows.
+EXPECTED = {"defaults": ["aggregation"], "sequence": ["aggregation"]}
+EXPECTED_FLOAT32 = {k: [*v, "extreme log-ratios"] for k, v in EXPECTED.items()}
 
 
 def load():

@@ -2,10 +2,11 @@
 
 LigerFusedLinearGRPOLoss computes log-probs from hidden states and an LM head, chunk by chunk, and
 applies ``LigerFusedLinearGRPOFunction.ppo_loss_fn`` to each chunk's log-probs; the adapter calls that
-static method on the whole batch (one chunk), with the module's defaults.
+static method on the whole batch (one chunk), with the module's defaults. The module computes log-probs from
+hidden states, so it cannot be called with the audit's log-probs: the findings are at the function level.
 """
 
-from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting, Source
 
 FUNCTION = "liger_kernel.chunked_loss.grpo_loss.LigerFusedLinearGRPOFunction.ppo_loss_fn"
 
@@ -18,6 +19,19 @@ SETTINGS = (
             "the defaults already are the paper's setting; Liger refuses importance_sampling_level='sequence' "
             "for SAPO"),
 )
+
+SOURCES = (
+    Source("liger_kernel/chunked_loss/grpo_loss.py", 101, 267,
+           "b4ea24c05ac63f9981de71d0d931087661a63c1f4255363aefa4a75b22b67aa6",
+           "ppo_loss_fn: r = exp(logp - old) unclamped at token level, per-sequence mean of token losses"),
+    Source("liger_kernel/chunked_loss/grpo_loss.py", 54, 74,
+           "b4ea24c05ac63f9981de71d0d931087661a63c1f4255363aefa4a75b22b67aa6",
+           "sapo_loss_fn: (4/tau) sigmoid(tau (r - 1))"),
+)
+
+# Read from those lines: the paper's objective; in float32 exp(log r) overflows above log r = 88.72 (NaN).
+EXPECTED = {"defaults": [], "paper": []}
+EXPECTED_FLOAT32 = {"defaults": ["extreme log-ratios"], "paper": ["extreme log-ratios"]}
 
 
 def load():

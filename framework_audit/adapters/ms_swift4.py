@@ -2,22 +2,35 @@
 
 The method reads its settings from the trainer; the adapter calls it unbound on an object that holds
 GRPOArgumentsMixin's defaults for the SAPO options and switches the other features off (KL to a
-reference, entropy masking, rollout importance sampling, overlong filter, auxiliary losses).
+reference, entropy masking, rollout importance sampling, overlong filter, auxiliary losses): the trainer's
+own loss method, as its training step calls it on one micro-batch.
 The Megatron trainer's SAPO branch (swift/megatron/trainers/grpo_trainer.py) needs Megatron: not audited.
 """
 
 from types import SimpleNamespace
 
-from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting, Source
 
 FUNCTION = "swift.rlhf_trainers.grpo_trainer.GRPOTrainer._compute_loss_and_metrics"
 
 SETTINGS = (
-    Setting("defaults", {}, "GRPOArgumentsMixin defaults with loss_type='sapo': importance_sampling_level='token'"),
+    Setting("defaults", {}, "GRPOArgumentsMixin defaults with loss_type='sapo': importance_sampling_level='token'",
+            finding_level="training"),
     Setting("paper", {"importance_sampling_level": "token", "tau_pos": TAU_POS, "tau_neg": TAU_NEG},
-            "the defaults already are the paper's setting"),
-    Setting("sequence", {"importance_sampling_level": "sequence"}, "GSPO's sequence ratio", level="sequence"),
+            "the defaults already are the paper's setting", finding_level="training"),
+    Setting("sequence", {"importance_sampling_level": "sequence"}, "GSPO's sequence ratio", level="sequence",
+            finding_level="training"),
 )
+
+SOURCES = (
+    Source("swift/rlhf_trainers/grpo_trainer.py", 934, 1226,
+           "53fddb594ce9a996da34b285984ce4fa3d8709fee4164cc88e98f1223732da2f",
+           "_compute_loss_and_metrics: (4/tau) sigmoid gate (line 1040), r = exp(log r) unclamped"),
+)
+
+# Read from those lines: the paper's objective; in float32 exp(log r) overflows above log r = 88.72 (NaN).
+EXPECTED = {"defaults": [], "paper": [], "sequence": []}
+EXPECTED_FLOAT32 = {k: ["extreme log-ratios"] for k in EXPECTED}
 
 
 def load():

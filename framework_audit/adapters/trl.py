@@ -1,26 +1,41 @@
 """TRL 1.16.0: GRPOTrainer._compute_loss with loss_type="sapo", on a real trainer.
 
 The trainer holds a tiny GPT-2 (sapo_lab's cpu-micro preset) that the loss never runs: its log-prob
-method is replaced by one returning the audit's log-probs, as in tests/test_trl_equivalence.py.
+method is replaced by one returning the audit's log-probs, as in tests/test_trl_equivalence.py. The loss is
+the trainer's own method, called as its training step calls it on one micro-batch. TRL builds the
+temperatures with torch.where on Python floats, so they are held in torch's default dtype (float32): the
+float64 audit recognises tau held in float32 and says so.
 """
 
 import tempfile
 
 import torch
 
-from framework_audit.adapters import TAU_NEG, TAU_POS, Setting
+from framework_audit.adapters import TAU_NEG, TAU_POS, Setting, Source
 
 FUNCTION = "trl.GRPOTrainer._compute_loss"
 
 SETTINGS = (
     Setting("defaults", {"loss_type": "sapo"},
-            "GRPOConfig defaults with loss_type='sapo' (the default loss_type is 'dapo')"),
+            "GRPOConfig defaults with loss_type='sapo' (the default loss_type is 'dapo')", finding_level="training"),
     Setting("paper", {"loss_type": "sapo", "importance_sampling_level": "token",
                       "sapo_temperature_pos": TAU_POS, "sapo_temperature_neg": TAU_NEG},
-            "the defaults already are the paper's setting"),
+            "the defaults already are the paper's setting", finding_level="training"),
     Setting("sequence", {"loss_type": "sapo", "importance_sampling_level": "sequence"},
-            "GSPO's sequence ratio", level="sequence"),
+            "GSPO's sequence ratio", level="sequence", finding_level="training"),
 )
+
+SOURCES = (
+    Source("trl/trainer/grpo_trainer.py", 3020, 3290,
+           "1c3dc2253fb3653269c11dfce4f946f74201a4cb63e0887a37e8e3bb4a3f5503",
+           "_compute_loss: r = exp(log r) unclamped (line 3095), (4/tau) sigmoid gate with tau from torch.where "
+           "on Python floats (lines 3121-3124), per-sequence mean for 'sapo'"),
+)
+
+# Read from those lines: the paper's objective (tau held in float32); in float32 exp(log r) overflows above
+# log r = 88.72 (NaN).
+EXPECTED = {"defaults": [], "paper": [], "sequence": []}
+EXPECTED_FLOAT32 = {k: ["extreme log-ratios"] for k in EXPECTED}
 
 
 def load():
@@ -49,12 +64,6 @@ def make_loss(function, options):
         ids = torch.zeros(mask.shape, dtype=torch.long)
         inputs = {"prompt_ids": ids[:, :1], "prompt_mask": torch.ones_like(ids[:, :1]), "completion_ids": ids,
                   "completion_mask": mask.long(), "advantages": advantages, "old_per_token_logps": old_logp}
-        # TRL builds the temperatures in torch's default dtype: make it the inputs' (float32 in training).
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(logp.dtype)
-        try:
-            return trainer._compute_loss(trainer.model, inputs)
-        finally:
-            torch.set_default_dtype(previous)
+        return trainer._compute_loss(trainer.model, inputs)
 
     return loss

@@ -92,7 +92,8 @@ class ReportCard:
         return sorted((r for r in self.checks if r.verdict != "pass"), key=lambda r: rank.get(r.property, 99))
 
     def notes(self) -> list:
-        return [r for r in self.rows if r.verdict == "info" and r.summary]
+        """Rows that conform but carry a remark (a caller contract, a credited clamp, tau held in float32)."""
+        return [r for r in self.rows if r.verdict in ("info", "pass") and r.summary]
 
     def verdict_line(self) -> str:
         """``CONFORMS`` or ``DIFFERS in N of M checks``, with the dtype and the level."""

@@ -88,7 +88,7 @@ def _overflow_hint(ctx: Context, kind: str, thr: float) -> str:
     """Why a NaN appears where it does: exp(log r) leaving the dtype's range."""
     limit = math.log(torch.finfo(ctx.dtype).max)
     if kind == "nonfinite" and abs(abs(thr) - limit) < 0.05:
-        return f"exp(log r) overflows {str(ctx.dtype).removeprefix('torch.')}; clamping log r (e.g. at +-20) prevents it"
+        return f"exp(log r) overflows {str(ctx.dtype).removeprefix('torch.')}; a clamp of log r (e.g. +-20) prevents it"
     return ""
 
 
@@ -96,7 +96,8 @@ def extreme_row(ctx: Context) -> Row:
     """Extreme log-ratios: finite value and gradient, NaN, or a clamp, with the threshold found by bisection."""
     expected = (f"finite at every |log r| <= {GRID[-1]:g}, equal to the closed form (a clamp that changes no "
                 f"gradient by more than {MATERIAL:g} of the on-policy one is credited)")
-    findings, credited, summaries, values, points = [], [], [], {}, {}
+    findings, credited, values, points = [], [], {}, {}
+    summaries, notes = {}, {}  # one line per finding, the signs it holds for gathered
     for sign in (1.0, -1.0):
         label = "A > 0" if sign > 0 else "A < 0"
         values[label] = {}
@@ -123,15 +124,16 @@ def extreme_row(ctx: Context) -> Row:
             where = "above" if side > 0 else "below"
             finding = f"{label}: {text} {where} log r = {thr:+.4f} (r = {math.exp(thr):.4g})"
             hint = _overflow_hint(ctx, kind, thr)
+            short = {"zero": "gradient 0", "frozen": "gradient frozen", "nonfinite": "NaN",
+                     "deviates": "gradient off the closed form", "error": "the loss raises"}[kind]
             if harmless:
                 credited.append(f"{finding}; it changes the gradient by <= {impact:.2g} of the on-policy one")
+                notes.setdefault(f"{short} {where} log r = {thr:+.2f}", [impact, []])[1].append(label)
             else:
                 findings.append(finding + (f": {hint}" if hint else ""))
-                short = {"zero": "gradient 0", "frozen": "gradient frozen", "nonfinite": "NaN",
-                         "deviates": "gradient off the closed form", "error": "the loss raises"}[kind]
-                summaries.append(f"{short} {where} log r = {thr:+.2f} ({label})"
-                                 + (f": {hint}" if hint else f", a change of {impact:.2g}" if kind in
-                                    ("zero", "frozen") else ""))
+                why = hint or (f"a change of {impact:.2g} of the on-policy gradient" if kind in ("zero", "frozen")
+                               else "")
+                summaries.setdefault(f"{short} {where} log r = {thr:+.2f}", [why, []])[1].append(label)
             values[label]["upper" if side > 0 else "lower"] = {"threshold": thr, "kind": kind, "impact": impact,
                                                                "harmless": harmless}
     values["points"] = points
@@ -143,6 +145,10 @@ def extreme_row(ctx: Context) -> Row:
         compared = "equal to the closed form" if ctx.shape_ok else "finite (values not compared: the shape differs)"
         measured = (f"{compared} at log r = +-20, +-50, +-100, both signs" if not credited
                     else "finite; a harmless clamp: " + "; ".join(credited))
-        return Row(EXTREME, expected, measured, "pass", detail, values)
+        note = "; ".join(f"{k} ({', '.join(signs)}): a harmless clamp, a change <= {impact:.2g} of the on-policy "
+                         "gradient" for k, (impact, signs) in notes.items())
+        return Row(EXTREME, expected, measured, "pass", detail, values, note)
+    summary = "; ".join(f"{k} ({', '.join(signs)})" + (f": {why}" if why else "") for k, (why, signs) in
+                        summaries.items())
     return Row(EXTREME, expected, "; ".join(findings + [f"credited: {c}" for c in credited]), "differs", detail,
-               values, "extreme log-ratios: " + "; ".join(dict.fromkeys(summaries)))
+               values, f"extreme log-ratios: {summary}")

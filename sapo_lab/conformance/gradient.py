@@ -77,7 +77,7 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
         elif near(ctx.k_pos, 0.25) and near(ctx.k_neg, 0.25):
             cause = "a factor 4 is missing (or the loss is / 4)"
         elif near(ctx.k_pos, 2 / ctx.tau_pos) and near(ctx.k_neg, 2 / ctx.tau_neg):
-            cause = "it equals 2/tau, the surrogate's value f(1), not its slope f'(1) = 1"
+            cause = "2/tau = f(1), the surrogate's value, not its slope"
         elif near(ctx.k_pos, -1.0) and near(ctx.k_neg, -1.0):
             cause = "the advantage's sign is flipped (an objective returned where a loss is expected)"
         elif near(ctx.k_pos, 1.0) and near(ctx.k_neg, -1.0):
@@ -185,6 +185,8 @@ def _shape_cause(ctx: Context, r: torch.Tensor, rho: torch.Tensor, tau: float) -
         return "ratio always 1, the behaviour log-probs are recomputed from the current policy"
     if relative_error(rho, product_rule_shape(r, tau)) <= tol:
         return "the gate w(r) is differentiated too (r w(r) without stop-gradient on w)"
+    if relative_error(rho, 2 * torch.sigmoid(tau * (r - 1.0))) <= tol:
+        return "g(r) is f(r), the surrogate's value, not its slope r f'(r) (a detached gate times log p)"
     if relative_error(rho, r) <= tol:
         return "g(r) = r, no gate at all (the unclipped ratio objective)"
     return ""
@@ -230,6 +232,8 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
                 ok, used = True, narrow
                 detail = (f"the loss holds {name} in float32 ({narrow:.10g}, not {fmt(tau)}): it conforms to "
                           "float32's precision; hold tau in the log-probs' dtype for full float64 agreement")
+                summary = (f"{name} is held in float32 ({narrow:.10g}): checked to float32's precision; hold "
+                           "tau in the log-probs' dtype")
             measured = f"tau = {fitted:.10g}" if used != tau else f"tau = {fmt(fitted)}"
             measured += f" +- {bound * fitted:.2g}" if bound > 1e-6 else ""
             if not ok:
