@@ -37,8 +37,9 @@ PARTS = {
 }
 TRAIN_POINTS = 15
 TRAIN_CONFIG = "cpu-tiny"
-# Pass@1 gain the training part requires (the reference solution's measured gain is in the handout).
-TRAIN_MIN_GAIN = 0.10
+# Pass@1 gain the training part requires: half of what a correct module reached when measured (cpu-tiny,
+# seed 0: 0.300 -> 0.892 in 238 steps before the preset's 290 s limit, 121 s of process CPU time).
+TRAIN_MIN_GAIN = 0.30
 ATOL = RTOL = 1e-6
 
 
