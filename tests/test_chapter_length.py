@@ -5,8 +5,7 @@ markdown, and the non-blank lines of the code a reader sees (cells tagged hide-i
 remove-cell, remove-input, solution or check are collapsed or absent in the page). The limits:
 3,500 words, about 25 minutes of reading aloud at 140 words a minute, and 400 visible code
 lines, about 30 screens of code and output at a 1280 px window (13 lines a screen), leaving the
-rest of the class for running cells and discussion. Before it was split into 14 and 14b, chapter
-14 measured 3,739 words and 670 visible code lines.
+rest of the class for running cells and discussion.
 """
 
 import json
