@@ -25,7 +25,7 @@ BROKEN_PAGE = "---\nname: {{ model_name }}\ntags: [unclosed\n---\n# Template\n"
 PLANTED = (
     ".venv-bench/lib/python3.11/site-packages/pkg/templates/modelcard_template.md",
     ".env/lib/python3.11/site-packages/pkg/README.md",
-    "conformance/.venv-x/lib/python3.11/site-packages/pkg/README.md",
+    "framework_audit/.venv-x/lib/python3.11/site-packages/pkg/README.md",
     "venv/lib/python3.11/site-packages/pkg/README.md",
     "notes/todo.md",
     "runs/run1/report.md",
