@@ -27,20 +27,19 @@ if [ ! -f "$VENV/.installed" ] || [ tools/colab_requirements.txt -nt "$VENV/.ins
 fi
 if [ "${1:-}" = --build-only ]; then exit 0; fi
 
-chapters=()
-if [ $# -eq 0 ]; then
-    for nb in book/*.ipynb; do chapters+=("$nb"); done
-else
-    for prefix in "$@"; do chapters+=(book/"$prefix"*.ipynb); done
-fi
-
 rm -rf "$WORK/clone" "$WORK/run"
 git clone -q --no-local . "$WORK/clone"          # the committed files only, as a reader's source holds
+chapters=()
+if [ $# -eq 0 ]; then
+    for nb in "$WORK"/clone/book/*.ipynb; do chapters+=("$nb"); done
+else
+    for prefix in "$@"; do chapters+=("$WORK"/clone/book/"$prefix"*.ipynb); done
+fi
 "$VENV/bin/python" -m pip uninstall -q -y sapo-lab 2>/dev/null || true
 export SAPO_LAB_REPOSITORY=$ROOT/$WORK/clone
 export OMP_NUM_THREADS=1 MPLBACKEND=agg
 
-run_chapter() {  # run_chapter book/X.ipynb: execute it alone in an empty folder; log to run/X/log
+run_chapter() {  # run_chapter PATH/X.ipynb: execute a copy alone in an empty folder; log to run/X/log
     local name dir start
     name=$(basename "$1" .ipynb)
     dir=$ROOT/$WORK/run/$name

@@ -75,7 +75,7 @@ def colab_cell_source(chapter: str | None = None) -> str:
         "    )\n"
         '    if "://" not in source:\n'
         '        source = "file://" + os.path.abspath(source)\n'
-        '    %pip install -q --no-deps "sapo-lab @ git+{source}"\n'
+        '    %pip install -q --no-deps "git+{source}"\n'
         + _continued(pins, "    %pip install -q") + "\n"
         "    import sapo_lab"
     )
