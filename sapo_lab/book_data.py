@@ -61,6 +61,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "13_limitations_reproducibility": (*_study("main_comparison"), *_study("cost_of_conservatism"),
                                        *_metadata("*"), "tests/test_results_reproduce.py"),
     "14_critical_analysis": tuple(p for name in _EVIDENCE for p in _study(name)),
+    "14b_instability_and_tuning": tuple(p for name in _EVIDENCE for p in _study(name)),
     "15_follow_up_experiment": tuple(p for name in ("main_comparison", "staleness", "staleness_long",
                                                     "equal_search_budget") for p in _study(name)),
     "16_conclusion": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)),
