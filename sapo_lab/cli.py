@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import NonFiniteError, TrainingDiverged
+from .runs.config_keys import config_keys_help
 from .tasks import SPLITS
-from .training.config_keys import config_keys_help
 
 DEFAULT_PRESET = "cpu-tiny"
 
@@ -79,7 +79,7 @@ def _nothing_more(args, rest: list[str]) -> dict:
 def _load_config(preset_or_file: str, overrides: dict):
     from transformers.utils import logging as hf_logging
 
-    from .training.config import load_config
+    from .runs.config import load_config
 
     hf_logging.disable_progress_bar()  # weight-loading bars would drown the training bar
     return load_config(preset_or_file, overrides)
@@ -124,7 +124,7 @@ def cmd_train(args, overrides) -> int:
     overrides = _with_start_model(args, overrides)
     cfg = _load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
-    from .training.run_folder import requested_keys
+    from .runs.run_folder import requested_keys
 
     # On --resume only what the user typed is compared with the saved config.
     resume_keys = requested_keys(args.config if args.config_given else None, overrides)
@@ -159,7 +159,7 @@ def _model_for(args, cfg):
 
 def cmd_eval(args, overrides) -> int:
     """``eval``: held-out Pass@1, pass@k and greedy accuracy of a model on one split."""
-    from .training.durable import write_json
+    from .runs.durable import write_json
     from .training.evaluation import held_out_eval
 
     cfg = _load_config(args.config, overrides)
@@ -208,7 +208,7 @@ def cmd_sample(args, overrides) -> int:
 
 def cmd_compare(args, overrides) -> int:
     """``compare``: train every loss type x seed, then write and print one results table."""
-    from .training.durable import atomic_write, write_json
+    from .runs.durable import atomic_write, write_json
     from .training.trainer import train
 
     overrides = _with_start_model(args, overrides)
