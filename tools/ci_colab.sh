@@ -27,7 +27,10 @@ if [ ! -f "$VENV/.installed" ] || [ tools/colab_requirements.txt -nt "$VENV/.ins
 fi
 if [ "${1:-}" = --build-only ]; then exit 0; fi
 
-rm -rf "$WORK/clone" "$WORK/run"
+# outside the checkout: inside it, a chapter reads the repository's results and fetches nothing
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/sapo-colab-XXXXXX")
+echo "chapters run in $RUN"
+rm -rf "$WORK/clone"
 git clone -q --no-local . "$WORK/clone"          # the committed files only, as a reader's source holds
 chapters=()
 if [ $# -eq 0 ]; then
@@ -39,22 +42,29 @@ fi
 export SAPO_LAB_REPOSITORY=$ROOT/$WORK/clone
 export OMP_NUM_THREADS=1 MPLBACKEND=agg
 
-run_chapter() {  # run_chapter PATH/X.ipynb: execute a copy alone in an empty folder; log to run/X/log
+run_chapter() {  # run_chapter PATH/X.ipynb: execute a copy alone in an empty folder; log to $RUN/X/log
     local name dir start
     name=$(basename "$1" .ipynb)
-    dir=$ROOT/$WORK/run/$name
+    dir=$RUN/$name
     mkdir -p "$dir"
     cp "$1" "$dir/"
     start=$(date +%s)
     if (cd "$dir" && SAPO_LAB_CACHE=$dir/cache "$ROOT/$VENV/bin/jupyter" nbconvert --to notebook --execute \
             --ExecutePreprocessor.timeout=900 --output executed.ipynb "$name.ipynb") > "$dir/log" 2>&1; then
-        echo "passed $name in $(( $(date +%s) - start )) s"
+        # a data chapter must have fetched into its own cache, not found a checkout above it
+        if grep -q 'chapter_data(' "$dir/$name.ipynb" \
+                && ! grep -q 'verified against book_data.sha256' "$dir/executed.ipynb"; then
+            echo "FAILED $name: its first cell fetched nothing"; return 1
+        fi
+        echo "passed $name in $(( $(date +%s) - start )) s" \
+            "$(grep -o 'fetching [0-9]* of its [0-9]* files ([0-9.]* MB)' "$dir/executed.ipynb" | head -1)" \
+            "$(grep -o '[0-9.]* MB received compressed' "$dir/executed.ipynb" | head -1)"
     else
         echo "FAILED $name after $(( $(date +%s) - start )) s"; tail -25 "$dir/log"; return 1
     fi
 }
 export -f run_chapter
-export ROOT WORK VENV
+export ROOT WORK VENV RUN
 
 start=$(date +%s)
 failed=0

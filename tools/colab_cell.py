@@ -86,7 +86,7 @@ def colab_cell_source(chapter: str | None = None) -> str:
             "# reads into a local cache, once, each file checked by SHA-256.\n"
             "from sapo_lab.book_data import chapter_data\n"
             "\n"
-            f'chapter_data("{chapter}")'
+            f'data_root = chapter_data("{chapter}")'
         )
     return cell
 
