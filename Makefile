@@ -13,7 +13,8 @@ NB_PAR ?= -n 2 --dist loadfile
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.
 ONE_THREAD := OMP_NUM_THREADS=1
 
-.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test conformance
+.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test conformance \
+	colab-test
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +80,11 @@ min-test: $(MIN_STAMP)
 # TRL in its own environment (benchmarks/.venv-trl), never in .venv
 trl-test:
 	bash tools/ci_trl.sh
+
+# Colab-like leg: every chapter alone in an empty folder, at Colab's versions, from a clean clone
+# (tools/ci_colab.sh; `make colab-test CHAPTERS="10c 12"` runs the chapters starting with those).
+colab-test:
+	bash tools/ci_colab.sh $(CHAPTERS)
 
 # The SAPO conformance audit of every framework's own code, each in its own environment (framework_audit/):
 # writes results/conformance/matrix.{json,md}. `make conformance CONFORMANCE=verl` reruns one framework.
