@@ -385,6 +385,7 @@ def test_correct_implementations_pass(loss):
     """False alarms: a plain sigmoid implementation (saturating at large r) and sapo_lab's own must pass every row."""
     card = audit(loss, name="ok")
     assert card.passed, card.to_markdown()
+    assert card.notes() == []  # both detach old_logp themselves: no note, and no stray one
     assert [r.property for r in card.rows] == list(ROW_ORDER)
     assert card.row(VALUE_AT_ONE).verdict == "info"
 

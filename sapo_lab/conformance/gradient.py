@@ -334,6 +334,7 @@ def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         err = relative_error(torch.where(valid, m.grad, torch.zeros_like(m.grad)), expected)
         rows.append(Row(GRADIENT, exp_grad + f" (rel. error <= {ctx.tol.grad:g})", f"max rel. error {err:.3g}",
                         verdict(err <= ctx.tol.grad), note, {"max_rel_error": err},
+                        "" if err <= ctx.tol.grad else
                         f"per-token gradient differs from -A r w(r) alpha: max rel. error {err:.3g}"))
         rows.append(_fd_row(ctx, batch, expected, m.grad, exp_grad))
         pad = m.grad[~valid]
@@ -342,6 +343,7 @@ def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
                         "0" if pad_ok else f"max |gradient| {float(pad.abs().max()):.3g} on padding",
                         verdict(pad_ok), "" if pad_ok else "the mask is not applied to every token's loss",
                         {"max_abs_padding_gradient": float(pad.abs().max())},
+                        "" if pad_ok else
                         f"padding gets a gradient (max {float(pad.abs().max()):.3g}): the mask is not applied"))
     rows.append(_old_logp_row(ctx, batch))
     return tuple(rows)
