@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "18c4079a1a3d28ad5da78eba52a2543352ee3ae3ef7d411d0d403db5e106611e"
+MANIFEST_SHA256 = "3cb65dd6c03bbb875c82033aabf667a9bc27ef1a4b12ed835f4a0ea45358eb7b"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
