@@ -74,4 +74,5 @@ if [ ${#chapters[@]} -gt 1 ]; then
     printf '%s\n' "${chapters[@]:1}" | xargs -P "$JOBS" -I{} bash -c 'run_chapter {}' || failed=1
 fi
 echo "colab leg: ${#chapters[@]} chapters in $(( $(date +%s) - start )) s"
+if [ "$failed" = 0 ]; then rm -rf "$RUN"; else echo "executed notebooks and logs kept in $RUN"; fi
 exit "$failed"
