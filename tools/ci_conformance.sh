@@ -7,13 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-# The frameworks whose environment and audit fit CI's budget for this leg (about 3 minutes on 2 cores; each
-# one's time is printed below): TRL reuses the TRL leg's environment, Liger-Kernel needs only the shared torch
-# base, skyrl-train and Trinity-RFT add ray and a few small packages. verl, AReaL and both ms-swift versions
-# need hundreds of MB more (results/conformance/matrix.md: build times, sizes, and when each was last run);
-# their findings are held to the upstream lines and SHA-256 their adapters were read from
-# (tests/test_conformance_matrix.py), and a changed file fails `make conformance` when they are rerun.
-FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft"}
+# The frameworks whose environment and audit fit CI's budget for this leg (environments are built beside
+# `make test` by --build-only; the audits take about a minute on 2 cores, each one's time is printed below):
+# TRL reuses the TRL leg's environment, Liger-Kernel needs only the shared torch base, skyrl-train,
+# Trinity-RFT and verl add ray and a few small packages (verl: about 50 s to build, 415 MB). AReaL and both
+# ms-swift versions need 3-5 minutes and 600-720 MB each (results/conformance/matrix.md: build times, sizes,
+# and when each was last run); their findings are held to the upstream lines and SHA-256 their adapters were
+# read from (tests/test_conformance_matrix.py), and a changed file fails `make conformance` when they are rerun.
+FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft verl"}
 if [ "${1:-}" = "--build-only" ]; then
     for key in $FRAMEWORKS; do bash framework_audit/build_env.sh "$key"; done
     exit 0
