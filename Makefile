@@ -68,7 +68,7 @@ MIN_NOTEBOOK := book/10a_bring_your_own_task.ipynb
 
 $(MIN_STAMP): constraints-min.txt pyproject.toml requirements.txt
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
-	grep -E '^(pytest|pytest-xdist|execnet|hypothesis|sympy|scipy|nbval|ipykernel|matplotlib)==' requirements.txt > $(MIN_VENV)/test-tools.txt
+	grep -E '^(pytest|pytest-xdist|execnet|hypothesis|sympy|nbval|ipykernel|matplotlib)==' requirements.txt > $(MIN_VENV)/test-tools.txt
 	$(MIN_VENV)/bin/python -m pip install -q -c constraints-min.txt -e . -r $(MIN_VENV)/test-tools.txt pyyaml
 	touch $(MIN_STAMP)
 

@@ -124,7 +124,7 @@ def cmd_train(args, overrides) -> int:
     overrides = _with_start_model(args, overrides)
     cfg = _load_config(args.config, overrides)
     run_dir = args.output_dir or _default_dir("train", cfg)
-    from .runs.run_folder import requested_keys
+    from .runs.run_policy import requested_keys
 
     # On --resume only what the user typed is compared with the saved config.
     resume_keys = requested_keys(args.config if args.config_given else None, overrides)

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from sapo_lab.studies.analysis import flag_time, split_overlap, survival_table, within_group_spearman
+from sapo_lab.studies.analysis import flag_time, split_overlap
+from sapo_lab.studies.paired import survival_table, within_group_spearman
 from sapo_lab.tasks import Problem, make_task
 
 

@@ -5,8 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from sapo_lab.studies.analysis import pooled_sd, two_sample_size, two_sample_t_power
-from sapo_lab.studies.paired import paired_sample_size
+from sapo_lab.studies.paired import paired_sample_size, pooled_sd, two_sample_size, two_sample_t_power
 
 
 def test_pooled_sd_removes_each_groups_own_mean():

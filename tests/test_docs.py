@@ -5,12 +5,11 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import typing
 from pathlib import Path
 
 import sapo_lab
 from sapo_lab.runs import config
-
-CONFIG_SOURCE = Path(config.__file__).read_text().splitlines()
 
 
 def _config_dataclasses():
@@ -18,20 +17,17 @@ def _config_dataclasses():
             if dataclasses.is_dataclass(obj) and obj.__module__ == config.__name__]
 
 
-def test_every_config_field_has_its_comment_on_the_declaring_line():
-    # catches a new hyperparameter added without a word on what it does or which unit it takes
+def test_every_config_field_has_its_description_where_it_is_declared():
+    # catches a new hyperparameter added without a word on what it does or which unit it takes (the help
+    # lists the description, sapo_lab.runs.config_keys)
     undocumented = []
     for cls in _config_dataclasses():
-        first = inspect.getsourcelines(cls)[1]
-        body = CONFIG_SOURCE[first - 1: first - 1 + len(inspect.getsource(cls).splitlines())]
-        for f in dataclasses.fields(cls):
-            index = next((i for i, s in enumerate(body) if s.strip().startswith(f"{f.name}:")), None)
-            assert index is not None, f"{cls.__name__}.{f.name} not found in its class body"
-            commented = "#" in body[index] or body[index - 1].strip().startswith("#")  # or a comment block above
-            nested = isinstance(f.type, str) and f.type.endswith("Config")
-            if not commented and not nested:
-                undocumented.append(f"{cls.__name__}.{f.name}")
-    assert not undocumented, f"config fields without a comment: {undocumented}"
+        hints = typing.get_type_hints(cls)
+        for name, info in cls.__pydantic_fields__.items():
+            nested = dataclasses.is_dataclass(hints[name])
+            if not nested and len((info.description or "").split()) < 2:
+                undocumented.append(f"{cls.__name__}.{name}")
+    assert not undocumented, f"config fields without a description: {undocumented}"
 
 
 def _public_functions():

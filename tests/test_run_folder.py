@@ -144,11 +144,14 @@ def test_step_folder_names_round_trip():
 
 
 def test_run_file_names_are_spelled_only_by_the_run_folder():
-    """Catches: a module of the training or runs layer writing or reading a run file by its literal name again."""
-    names = ('"metrics.jsonl"', '"summary.json"', '"cold_start_eval.json"', '"resumes.jsonl"', '"step-{')
+    """Catches: a module of the training, runs or studies layer writing or reading a run or study file by its
+    literal name again (only the run folder and the study folder spell them)."""
+    names = ('"metrics.jsonl"', '"summary.json"', '"cold_start_eval.json"', '"resumes.jsonl"', '"step-{',
+             '"study.json"', '"study_record.json"', '"diverged.json"', '"study_wall.json"', '"environment.json"',
+             '"summary.csv"', '"_coldstart"')
     offenders = []
-    for path in sorted([*(PACKAGE / "training").glob("*.py"), *(PACKAGE / "runs").glob("*.py")]):
-        if path.name == "run_folder.py":
+    for path in sorted(p for layer in ("training", "runs", "studies") for p in (PACKAGE / layer).glob("*.py")):
+        if path.name in ("run_folder.py", "study_folder.py"):
             continue
         text = path.read_text()
         offenders += [f"{path.name}: {n}" for n in names if n in text]

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import NonFiniteError
+from .choices import MAX_LOG_RATIO_POLICIES
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
-from .registry import IMPORTANCE_SAMPLING_LEVELS, kernel_for
+from .registry import IMPORTANCE_SAMPLING_LEVELS, kernel_for, resolved_level
 from .registry import LOSS_TYPES as LOSS_TYPES  # re-exported: sapo_lab.LOSS_TYPES and the book import it from here
-
-MAX_LOG_RATIO_POLICIES = ("record", "skip", "error")
 
 
 @dataclass
@@ -182,8 +181,7 @@ def policy_loss(
     compute_stats : skip the diagnostics (quantiles etc.) when False.
     """
     kernel = kernel_for(loss_type)
-    if importance_sampling_level is None:
-        importance_sampling_level = kernel.default_level
+    importance_sampling_level = resolved_level(loss_type, importance_sampling_level)
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(
             f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {importance_sampling_level!r}"
@@ -207,14 +205,9 @@ def policy_loss(
     token_z = torch.where(valid, logp - behavior, torch.zeros_like(logp))
     lengths = valid.sum(dim=-1)
 
-    if importance_sampling_level == "sequence":
-        seq_z = token_z.sum(dim=-1) / lengths.clamp(min=1).to(dtype)
-        z = torch.where(valid, seq_z[:, None].expand_as(token_z), torch.zeros_like(token_z))
-        beyond_resp = (seq_z.detach().abs() > max_log_ratio) & (lengths > 0)
-        beyond = valid & beyond_resp[:, None]
-    else:
-        z = token_z
-        beyond = valid & (z.detach().abs() > max_log_ratio)
+    z = level_log_ratio(token_z, valid, importance_sampling_level)
+    # at sequence level every token of a response carries its mean, so a response is in or out as a whole
+    beyond = valid & (z.detach().abs() > max_log_ratio)
     n_beyond = int(beyond.sum())
     if n_beyond and max_log_ratio_policy == "error":
         worst = float(z.detach()[beyond].abs().max())
@@ -245,6 +238,19 @@ def policy_loss(
                 max_log_ratio=float(max_log_ratio),
             )
     return PolicyLossOutput(loss=loss, stats=stats, token_loss=token_loss, token_weight=weight)
+
+
+def level_log_ratio(token_log_ratio: torch.Tensor, valid: torch.Tensor, level: str) -> torch.Tensor:
+    """The log ratio each token's surrogate sees: its own at ``"token"`` level; at ``"sequence"`` level
+    its response's mean over the valid tokens (GSPO's length-normalised sequence ratio). 0 off the mask.
+
+    ``token_log_ratio`` is ``log pi - log b`` per token, already 0 where ``valid`` is False.
+    """
+    if level != "sequence":
+        return token_log_ratio
+    lengths = valid.sum(dim=-1).clamp(min=1).to(token_log_ratio.dtype)
+    mean = token_log_ratio.sum(dim=-1) / lengths
+    return torch.where(valid, mean[:, None].expand_as(token_log_ratio), torch.zeros_like(token_log_ratio))
 
 
 def mask_positions(mask: torch.Tensor) -> torch.Tensor:

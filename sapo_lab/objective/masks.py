@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-AGGREGATIONS = ("per_response", "token_pool")
+from .choices import AGGREGATIONS
 
 
 def check_mask(mask: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .choices import IMPORTANCE_SAMPLING_LEVELS
 from .clip import check_clip_eps, clip_token_surrogate
 from .gates import check_temperature, log_gate_weight, sapo_token_surrogate, token_temperatures
 from .kernels import (
@@ -26,7 +27,6 @@ from .kernels import (
     log_gaussian_gate_from_log_ratio,
 )
 
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 # The policy_loss settings a kernel may read, in the order its functions take them.
 TEMPERATURES = ("tau_pos", "tau_neg")
 CLIP_EPSILONS = ("clip_eps_low", "clip_eps_high")

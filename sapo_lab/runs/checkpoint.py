@@ -22,7 +22,6 @@ not be verified.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,61 +30,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from .durable import fsync_dir, fsync_file, move, write_json
+from .durable import fsync_dir, move, write_json
+from .manifest import MANIFEST, verify_manifest, write_manifest
 from .run_folder import LATEST, RunFolder, checkpoint_tmp_name, parse_step_dir, step_dir_name
 
-MANIFEST = "manifest.json"
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json")
 
 
 class CheckpointError(ValueError):
     """A checkpoint (or a file in it) that cannot be trusted; the message is one line and names the file."""
-
-
-def sha256_of(path: str) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_manifest(directory: str) -> dict:
-    """fsync every file in ``directory`` and record its size and SHA-256 in ``manifest.json`` (last)."""
-    files = {}
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if name == MANIFEST or not os.path.isfile(path):
-            continue
-        fsync_file(path)
-        files[name] = {"size": os.path.getsize(path), "sha256": sha256_of(path)}
-    manifest = {"format": 1, "files": files}
-    write_json(os.path.join(directory, MANIFEST), manifest, sort_keys=True)
-    return manifest
-
-
-def verify_manifest(directory: str) -> str | None:
-    """None when every file listed in ``manifest.json`` has its recorded size and hash,
-    else one line saying which file is wrong and how. Raises FileNotFoundError without a manifest."""
-    path = os.path.join(directory, MANIFEST)
-    with open(path) as f:
-        text = f.read()
-    try:
-        files = json.loads(text)["files"]
-        assert isinstance(files, dict) and files
-    except (ValueError, KeyError, TypeError, AssertionError):
-        return f"{MANIFEST} is damaged"
-    for name, want in files.items():
-        p = os.path.join(directory, name)
-        if not os.path.isfile(p):
-            return f"{name} is missing"
-        size = os.path.getsize(p)
-        if size != want["size"]:
-            return f"{name} has {size} bytes, its manifest says {want['size']}" + (" (truncated)" if size < want["size"] else "")
-        if sha256_of(p) != want["sha256"]:
-            return f"{name} does not match its SHA-256 in {MANIFEST} (the bytes changed)"
-    return None
 
 
 def check_structure(directory: str, names=CHECKPOINT_FILES) -> str | None:

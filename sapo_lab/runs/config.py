@@ -30,9 +30,7 @@ from typing import Annotated
 from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from ..objective.losses import IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
-from ..objective.masks import AGGREGATIONS
-from ..objective.registry import KERNELS, kernel_for, resolved_level
+from ..objective.choices import AGGREGATIONS, IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..tasks import make_task
 from .config_values import Float, Int, IntList, Mapping, RuleBroken, nullable, one_line, one_of
 from .durable import write_json
@@ -49,8 +47,14 @@ def _device(value: str) -> str:
     raise ValueError("must be 'auto', 'cpu' or 'cuda[:N]'")
 
 
+def _loss_types() -> tuple[str, ...]:
+    from ..objective.registry import KERNELS  # the registry loads torch: read only when a config is checked
+
+    return tuple(KERNELS)
+
+
 # The keys whose values are names from a fixed list, and the device.
-LossType = Annotated[str, one_of(KERNELS)]  # kernels registered later count too
+LossType = Annotated[str, one_of(_loss_types)]  # read when checked: kernels registered later count too
 Level = nullable(Annotated[str, one_of(IMPORTANCE_SAMPLING_LEVELS)])
 Schedule = Annotated[str, one_of(LR_SCHEDULES)]
 Pooling = Annotated[str, one_of(AGGREGATIONS)]
@@ -63,79 +67,96 @@ Fraction = Annotated[Float, Field(ge=0, le=1)]
 class ModelConfig:
     """The policy to start from."""
 
-    name_or_path: str = "cpu-tiny"  # a size in sapo_lab.training.model.MODEL_SIZES, a directory, or a hub name
+    name_or_path: str = Field("cpu-tiny", description=(
+        "a size in sapo_lab.training.model.MODEL_SIZES, a directory, or a hub name"))
 
 
 @dataclass(config=_SECTION)
 class TaskConfig:
     """Which task (see :mod:`sapo_lab.tasks`) and how many problems each frozen split holds."""
 
-    name: str = "addition"  # a registered task name, or an import path "my_module:MyTask"
-    options: Mapping = field(default_factory=dict)  # the task's constructor keyword arguments
-    split_seed: Int = 0  # the splits are frozen: independent of the run's seed
-    num_train: Annotated[Int, Field(ge=1)] = 8000  # training prompts drawn for rollouts
-    num_dev: Annotated[Int, Field(ge=1)] = 256  # development prompts: dev Pass@1 during training, checkpoint selection
-    num_eval: Annotated[Int, Field(ge=1)] = 512  # untouched evaluation prompts: reported Pass@1 only
+    name: str = Field("addition", description="a registered task name, or an import path \"my_module:MyTask\"")
+    options: Mapping = Field(default_factory=dict, description="the task's constructor keyword arguments")
+    split_seed: Int = Field(0, description="the splits are frozen: independent of the run's seed")
+    num_train: Annotated[Int, Field(ge=1)] = Field(8000, description="training prompts drawn for rollouts")
+    num_dev: Annotated[Int, Field(ge=1)] = Field(256, description=(
+        "development prompts: dev Pass@1 during training, checkpoint selection"))
+    num_eval: Annotated[Int, Field(ge=1)] = Field(512, description="untouched evaluation prompts: reported Pass@1 only")
 
 
 @dataclass(config=_SECTION)
 class ColdStartConfig:
     """Supervised warm start, stopped once sampled dev Pass@1 reaches ``target_pass1``."""
 
-    max_updates: Annotated[Int, Field(ge=0)] = 3000  # 0 skips the cold start (e.g. for an already fine-tuned --model)
-    batch_size: Annotated[Int, Field(ge=1)] = 64  # SFT examples per update
-    sft_learning_rate: Annotated[Float, Field(gt=0)] = 2e-3  # AdamW learning rate of the warm start
-    target_pass1: Fraction = 0.3  # stop once sampled dev Pass@1 reaches this (rewards must not be all 0)
-    eval_every: Annotated[Int, Field(ge=1)] = 20  # SFT updates between dev measurements
-    cache_dir: str = "runs/_coldstart"  # "" disables the cache
+    max_updates: Annotated[Int, Field(ge=0)] = Field(3000, description=(
+        "0 skips the cold start (e.g. for an already fine-tuned --model)"))
+    batch_size: Annotated[Int, Field(ge=1)] = Field(64, description="SFT examples per update")
+    sft_learning_rate: Annotated[Float, Field(gt=0)] = Field(2e-3, description="AdamW learning rate of the warm start")
+    target_pass1: Fraction = Field(0.3, description="stop once sampled dev Pass@1 reaches this (rewards must not be all 0)")
+    eval_every: Annotated[Int, Field(ge=1)] = Field(20, description="SFT updates between dev measurements")
+    cache_dir: str = Field("runs/_coldstart", description="\"\" disables the cache")
 
 
 @dataclass(config=_SECTION)
 class RolloutConfig:
     """Sampling of each rollout batch (Algorithm 1)."""
 
-    prompts_per_rollout: Annotated[Int, Field(ge=1)] = 32  # prompts per rollout batch; responses = this * num_generations
-    num_generations: Annotated[Int, Field(ge=2)] = 8  # G, responses per prompt
-    max_completion_length: Annotated[Int, Field(ge=1)] = 5  # the addition answer is max_digits + 1 digits, then EOS
-    temperature: Annotated[Float, Field(gt=0)] = 1.0  # sampling temperature of the rollouts (the behavior policy)
+    prompts_per_rollout: Annotated[Int, Field(ge=1)] = Field(32, description=(
+        "prompts per rollout batch; responses = this * num_generations"))
+    num_generations: Annotated[Int, Field(ge=2)] = Field(8, description="G, responses per prompt")
+    max_completion_length: Annotated[Int, Field(ge=1)] = Field(5, description=(
+        "the addition answer is max_digits + 1 digits, then EOS"))
+    temperature: Annotated[Float, Field(gt=0)] = Field(1.0, description=(
+        "sampling temperature of the rollouts (the behavior policy)"))
 
 
 @dataclass(config=_SECTION)
 class OptimizationConfig:
     """The K minibatch updates per rollout batch (Algorithm 2) and the optimizer."""
 
-    max_steps: Annotated[Int, Field(ge=0)] = 600  # rollout steps; each makes steps_per_generation optimizer steps
-    steps_per_generation: Int = 4  # K update minibatches per rollout batch (the paper's 4)
-    learning_rate: Annotated[Float, Field(gt=0)] = 2e-4  # AdamW peak learning rate
-    lr_scheduler_type: Schedule = "constant_with_warmup"  # one of LR_SCHEDULES
-    warmup_steps: Annotated[Int, Field(ge=0)] = 10  # optimizer steps
-    weight_decay: Annotated[Float, Field(ge=0)] = 0.0  # AdamW decoupled weight decay
-    adam_beta1: Annotated[Float, Field(ge=0, lt=1)] = 0.9  # AdamW first-moment decay
-    adam_beta2: Annotated[Float, Field(ge=0, lt=1)] = 0.99  # AdamW second-moment decay
-    max_grad_norm: Annotated[Float, Field(ge=0)] = 1.0  # 0 disables clipping (the norm is still logged)
-    beta: Annotated[Float, Field(ge=0)] = 0.0  # KL coefficient to the cold-start reference; 0 = off, no reference kept
-    # Responses with advantage 0 contribute exactly nothing to the policy gradient, so (when
-    # beta = 0) they are left out of the forward/backward and the loss is rescaled to the full
-    # minibatch's normalisation: the same update for less compute.
-    skip_zero_advantage: bool = True
+    max_steps: Annotated[Int, Field(ge=0)] = Field(600, description=(
+        "rollout steps; each makes steps_per_generation optimizer steps"))
+    steps_per_generation: Int = Field(4, description="K update minibatches per rollout batch (the paper's 4)")
+    learning_rate: Annotated[Float, Field(gt=0)] = Field(2e-4, description="AdamW peak learning rate")
+    lr_scheduler_type: Schedule = Field("constant_with_warmup", description="one of LR_SCHEDULES")
+    warmup_steps: Annotated[Int, Field(ge=0)] = Field(10, description="optimizer steps")
+    weight_decay: Annotated[Float, Field(ge=0)] = Field(0.0, description="AdamW decoupled weight decay")
+    adam_beta1: Annotated[Float, Field(ge=0, lt=1)] = Field(0.9, description="AdamW first-moment decay")
+    adam_beta2: Annotated[Float, Field(ge=0, lt=1)] = Field(0.99, description="AdamW second-moment decay")
+    max_grad_norm: Annotated[Float, Field(ge=0)] = Field(1.0, description="0 disables clipping (the norm is still logged)")
+    beta: Annotated[Float, Field(ge=0)] = Field(0.0, description=(
+        "KL coefficient to the cold-start reference; 0 = off, no reference kept"))
+    skip_zero_advantage: bool = Field(True, description=(
+        "Responses with advantage 0 contribute exactly nothing to the policy gradient, so (when beta = 0) "
+        "they are left out of the forward/backward and the loss is rescaled to the full minibatch's "
+        "normalisation: the same update for less compute."))
 
 
 @dataclass(config=_SECTION)
 class LossConfig:
     """The policy loss, in TRL's names; :meth:`policy_loss_kwargs` maps them to :func:`sapo_lab.policy_loss`."""
 
-    loss_type: LossType = "sapo"  # a kernel of sapo_lab.objective.registry (sapo, grpo, gspo, sapo_directional, gauss)
-    sapo_temperature_pos: Annotated[Float, Field(gt=0)] = 1.0  # tau_pos: gate temperature for tokens with advantage > 0
-    sapo_temperature_neg: Annotated[Float, Field(gt=0)] = 1.05  # tau_neg: gate temperature for tokens with advantage < 0
-    epsilon: Annotated[Float, Field(gt=0, lt=1)] = 0.2  # lower clip width of grpo/gspo (ratio floor 1 - epsilon)
-    epsilon_high: nullable(Annotated[Float, Field(gt=0)]) = None  # None: same as epsilon
-    importance_sampling_level: Level = None  # None: the kernel's default (sequence for gspo, token otherwise)
-    aggregation: Pooling = "per_response"  # one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)
-    max_log_ratio: Annotated[Float, Field(gt=0)] = 20.0  # |log r| above this counts as extreme staleness
-    max_log_ratio_policy: RatioPolicy = "record"  # what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES
+    loss_type: LossType = Field("sapo", description=(
+        "a kernel of sapo_lab.objective.registry (sapo, grpo, gspo, sapo_directional, gauss)"))
+    sapo_temperature_pos: Annotated[Float, Field(gt=0)] = Field(1.0, description=(
+        "tau_pos: gate temperature for tokens with advantage > 0"))
+    sapo_temperature_neg: Annotated[Float, Field(gt=0)] = Field(1.05, description=(
+        "tau_neg: gate temperature for tokens with advantage < 0"))
+    epsilon: Annotated[Float, Field(gt=0, lt=1)] = Field(0.2, description=(
+        "lower clip width of grpo/gspo (ratio floor 1 - epsilon)"))
+    epsilon_high: nullable(Annotated[Float, Field(gt=0)]) = Field(None, description="None: same as epsilon")
+    importance_sampling_level: Level = Field(None, description=(
+        "None: the kernel's default (sequence for gspo, token otherwise)"))
+    aggregation: Pooling = Field("per_response", description=(
+        "one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)"))
+    max_log_ratio: Annotated[Float, Field(gt=0)] = Field(20.0, description="|log r| above this counts as extreme staleness")
+    max_log_ratio_policy: RatioPolicy = Field("record", description=(
+        "what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES"))
 
     @model_validator(mode="after")
     def _level_fits_the_kernel(self):
+        from ..objective.registry import kernel_for  # the registry loads torch: only when a config is checked
+
         problem = kernel_for(self.loss_type).level_error(self.importance_sampling_level)
         if problem:
             raise RuleBroken("importance_sampling_level", self.importance_sampling_level, problem)
@@ -143,6 +164,8 @@ class LossConfig:
 
     def resolved_importance_sampling_level(self) -> str:
         """The level ``policy_loss`` uses: the configured one, else the kernel's default."""
+        from ..objective.registry import resolved_level
+
         return resolved_level(self.loss_type, self.importance_sampling_level)
 
     def policy_loss_kwargs(self) -> dict:
@@ -164,16 +187,16 @@ class LossConfig:
 class EvaluationConfig:
     """Held-out evaluation and the per-step dev measurement."""
 
-    dev_every: Annotated[Int, Field(ge=1)] = 10  # rollout steps between dev-subset Pass@1 measurements
-    dev_prompts: Annotated[Int, Field(ge=1)] = 128  # dev prompts per dev measurement (one sample each)
-    num_samples: Annotated[Int, Field(ge=1)] = 4  # n samples per held-out prompt for Pass@1 / pass@k
-    pass_k: IntList = (1, 4)  # the k of the reported pass@k estimates (each <= num_samples)
-    eval_temperature: nullable(Annotated[Float, Field(ge=0)]) = None  # None: the rollout temperature
-    greedy: bool = True  # held-out evaluation also reports greedy-decoding accuracy
-    # Every this many rollout steps, the step's last (stalest) minibatch also computes the
-    # token- and sequence-level gradients and their §9 decomposition (diagnostics.py): about
-    # five extra backward passes, no change to the update or to any random stream. 0 = off.
-    gradient_comparison_every: Annotated[Int, Field(ge=0)] = 10
+    dev_every: Annotated[Int, Field(ge=1)] = Field(10, description="rollout steps between dev-subset Pass@1 measurements")
+    dev_prompts: Annotated[Int, Field(ge=1)] = Field(128, description="dev prompts per dev measurement (one sample each)")
+    num_samples: Annotated[Int, Field(ge=1)] = Field(4, description="n samples per held-out prompt for Pass@1 / pass@k")
+    pass_k: IntList = Field((1, 4), description="the k of the reported pass@k estimates (each <= num_samples)")
+    eval_temperature: nullable(Annotated[Float, Field(ge=0)]) = Field(None, description="None: the rollout temperature")
+    greedy: bool = Field(True, description="held-out evaluation also reports greedy-decoding accuracy")
+    gradient_comparison_every: Annotated[Int, Field(ge=0)] = Field(10, description=(
+        "Every this many rollout steps, the step's last (stalest) minibatch also computes the token- and "
+        "sequence-level gradients and their §9 decomposition (diagnostics.py): about five extra backward "
+        "passes, no change to the update or to any random stream. 0 = off."))
 
     @model_validator(mode="after")
     def _each_k_fits_the_samples(self):
@@ -193,11 +216,12 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: Int = 0  # model init, cold start, sampling and minibatch order
-    device: Device = "auto"  # "auto" = cuda if available, else cpu
-    save_steps: Annotated[Int, Field(ge=1)] = 50  # checkpoint every N rollout steps (and on Ctrl-C)
-    max_train_time_s: Annotated[Float, Field(ge=0)] = 0.0  # stop training after this wall time; 0 = no limit
-    threads: Annotated[Int, Field(ge=0)] = 0  # torch CPU threads; 0 = torch's default
+    seed: Int = Field(0, description="model init, cold start, sampling and minibatch order")
+    device: Device = Field("auto", description="\"auto\" = cuda if available, else cpu")
+    save_steps: Annotated[Int, Field(ge=1)] = Field(50, description="checkpoint every N rollout steps (and on Ctrl-C)")
+    max_train_time_s: Annotated[Float, Field(ge=0)] = Field(0.0, description=(
+        "stop training after this wall time; 0 = no limit"))
+    threads: Annotated[Int, Field(ge=0)] = Field(0, description="torch CPU threads; 0 = torch's default")
 
     @model_validator(mode="after")
     def _minibatches_fit_the_rollout(self):

@@ -64,11 +64,12 @@ def nullable(tp):
 
 
 def one_of(choices) -> AfterValidator:
-    """Refuse a value that is not in ``choices`` (a tuple, or a registry read when a value is checked)."""
+    """Refuse a value that is not in ``choices`` (a tuple, or a function returning one, called when a value is checked)."""
 
     def check(value):
-        if value not in choices:
-            raise ValueError(f"must be one of {tuple(choices)}")
+        allowed = tuple(choices() if callable(choices) else choices)
+        if value not in allowed:
+            raise ValueError(f"must be one of {allowed}")
         return value
 
     return AfterValidator(check)

@@ -36,7 +36,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .config import PRESETS, resolve_key
 from .durable import TMP_SUFFIX, append_line, atomic_write, write_json
 from .metric_names import is_flat, migrate_row
 
@@ -204,6 +203,11 @@ class RunFolder:
         """``config.json``: the resolved config (its format is ``TrainConfig.save``'s)."""
         cfg.save(self.config)
 
+    def read_config(self) -> dict:
+        """``config.json`` as saved: plain JSON (``config_from_dict`` makes it a ``TrainConfig``)."""
+        with open(self.config) as f:
+            return json.load(f)
+
     def write_cold_start_eval(self, report: dict) -> None:
         write_json(self.cold_start_eval, report)
 
@@ -213,6 +217,14 @@ class RunFolder:
 
     def write_summary(self, summary: dict) -> None:
         write_json(self.summary, summary)
+
+    def read_summary(self) -> dict:
+        """``summary.json``: the finished run's report."""
+        with open(self.summary) as f:
+            return json.load(f)
+
+    def has_summary(self) -> bool:
+        return os.path.isfile(self.summary)
 
     def start_metrics(self) -> None:
         """An empty ``metrics.jsonl``: the run has started and has no row yet."""
@@ -237,35 +249,3 @@ class RunFolder:
 
     def append_resume(self, record: dict) -> None:
         append_line(self.resumes, json.dumps(record) + "\n")
-
-
-# ---------------------------------------------------------------- the keys a user asked for
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, prefix + k + "."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def requested_keys(preset_or_file: str | None, overrides: dict) -> list[str]:
-    """The config keys a user typed: the ``--key value`` overrides, plus every key the
-    preset or JSON file sets when ``--config`` was given (``None``: it was not).
-
-    On resume only these are compared with the saved config, so a plain ``--resume``
-    does not "change" what the default preset would set.
-    """
-    keys = {resolve_key(k) for k in overrides}
-    if preset_or_file is not None:
-        if preset_or_file in PRESETS:
-            data = PRESETS[preset_or_file]
-        else:
-            with open(preset_or_file) as f:  # load_config has already parsed it
-                data = json.load(f)
-        keys |= {resolve_key(k) for k in flatten(data)}
-    return sorted(keys)

@@ -4,7 +4,8 @@
 folder (:func:`classify`):
 
 * ``empty``: missing or empty -> a fresh run starts;
-* ``run``: only files a run writes (``config.json``, ``metrics.jsonl``, ``checkpoints/`` ...);
+* ``run``: only files a run writes (``config.json``, ``metrics.jsonl``, ``checkpoints/`` ...), and
+  those a study writes beside them (``study_record.json`` ...);
 * ``foreign``: anything else is in it (a user's ``notes.txt``, a ``config.json`` that is not
   a sapo_lab config).
 
@@ -35,28 +36,21 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from .checkpoint import (
-    MANIFEST,
-    check_structure,
-    checkpoint_dirs,
-    checkpoint_step,
-    latest_hint,
-    select_checkpoint,
-    verify_manifest,
-)
-from .config import TrainConfig, config_from_dict, resolve_key
+from .checkpoint import check_structure, checkpoint_dirs, checkpoint_step, latest_hint, select_checkpoint
+from .config import PRESETS, TrainConfig, config_from_dict, resolve_key
 from .durable import move
+from .manifest import MANIFEST, verify_manifest
 from .run_folder import (
     CONFIG,
     RESUMABLE,
     RUN_FILES,
     RunDirError,
     RunFolder,
-    flatten,
     is_kept,
     is_temporary,
     kept_summary_name,
 )
+from .study_folder import STUDY_RUN_FILES
 
 
 def _one_line(text: str) -> str:
@@ -99,7 +93,7 @@ def classify(run_dir: str) -> RunDirState:
     for n in names:
         if is_temporary(n):
             st.temporaries.append(os.path.join(run_dir, n))
-        elif n not in RUN_FILES and not is_kept(n):
+        elif n not in RUN_FILES + STUDY_RUN_FILES and not is_kept(n):
             st.foreign.append(n)
     folder = RunFolder(run_dir)
     ck_root = folder.checkpoints
@@ -316,3 +310,35 @@ def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prep
         )
     damaged = [(n, r) for n, r in skipped]
     return Prepared(new_cfg, ckpt, run, log, changes=diffs, damaged=damaged, temporaries=st.temporaries)
+
+
+# ---------------------------------------------------------------- the keys a user asked for
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def requested_keys(preset_or_file: str | None, overrides: dict) -> list[str]:
+    """The config keys a user typed: the ``--key value`` overrides, plus every key the
+    preset or JSON file sets when ``--config`` was given (``None``: it was not).
+
+    On resume only these are compared with the saved config, so a plain ``--resume``
+    does not "change" what the default preset would set.
+    """
+    keys = {resolve_key(k) for k in overrides}
+    if preset_or_file is not None:
+        if preset_or_file in PRESETS:
+            data = PRESETS[preset_or_file]
+        else:
+            with open(preset_or_file) as f:  # load_config has already parsed it
+                data = json.load(f)
+        keys |= {resolve_key(k) for k in flatten(data)}
+    return sorted(keys)

@@ -18,7 +18,7 @@ _LAZY = {
     "expand_runs": "expansion", "finish_record": "record",
     "Study": "results", "load_study": "results", "results_root": "results",
     "run_status": "runner", "run_study": "runner",
-    "evaluate_selected": "selected_eval", "task_weights": "selected_eval",
+    "evaluate_selected": "selected_eval",
     "grid_leaf": "spec", "load_declaration": "spec",
     "summary_row": "summary", "write_summary": "summary",
     "collapse_verdict": "verdicts",
@@ -43,6 +43,5 @@ __all__ = [
     "run_status",
     "run_study",
     "summary_row",
-    "task_weights",
     "write_summary",
 ]

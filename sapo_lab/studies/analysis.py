@@ -13,24 +13,22 @@ seed reproduce the same run bit for bit).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
-from ..runs.run_folder import RunFolder
-from .paired import compare, distinct, holm, smallest_n, trajectory_key, two_sided_t_power
+from ..runs.identity import run_identity
+from .paired import compare, distinct, holm, trajectory_key
 from .results import Run, Study
 
 
 def run_config(run: Run) -> dict:
-    """The run's resolved ``config.json``."""
-    with open(RunFolder(str(run.path)).config) as f:
-        return json.load(f)
+    """The run's resolved config (:attr:`Run.config`)."""
+    return run.config
 
 
 def pairing_key(config: dict) -> str:
     """Everything that must agree for two runs to be a pair: the config without its loss section and cache path."""
-    rest = {k: v for k, v in config.items() if k != "loss"}
-    rest["cold_start"] = {k: v for k, v in rest.get("cold_start", {}).items() if k != "cache_dir"}
+    rest = run_identity(config)
+    rest.pop("loss", None)
     return json.dumps(rest, sort_keys=True)
 
 
@@ -160,48 +158,7 @@ def matched_pairs(studies: list[Study], is_method, is_reference, where=None) -> 
     return distinct(pairs, Pair.fingerprint)
 
 
-# ---------------------------------------------------------------- sample sizes: unpaired against paired
-
-
-def pooled_sd(groups) -> tuple[float, int]:
-    """Pooled within-group standard deviation of ``groups`` (lists of values) and its degrees of freedom.
-
-    Each group contributes its squared deviations from its own mean and ``len - 1`` degrees of
-    freedom, so a shift shared by a whole group (a cell of the grid, a seed) does not count.
-    """
-    squares, df = 0.0, 0
-    for group in groups:
-        values = [float(v) for v in group]
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError(f"pooled_sd needs finite values, got {values}")
-        if len(values) > 1:
-            mean = sum(values) / len(values)
-            squares += sum((v - mean) ** 2 for v in values)
-            df += len(values) - 1
-    if df == 0:
-        raise ValueError("a pooled SD needs at least one group of 2 or more values")
-    return math.sqrt(squares / df), df
-
-
-def two_sample_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
-    """Power of the two-sided unpaired (equal-variance) t-test with ``n`` runs per method."""
-    if n < 2:
-        raise ValueError("power needs at least 2 runs per method")
-    if not sd > 0:
-        raise ValueError(f"the SD of one method's runs must be > 0, got {sd}")
-    return two_sided_t_power(2 * n - 2, abs(effect) / (sd * math.sqrt(2.0 / n)), alpha)
-
-
-def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_runs: int = 10000) -> int:
-    """The fewest runs per method whose unpaired two-sided t-test reaches ``power`` against ``effect``.
-
-    The counterpart of :func:`sapo_lab.studies.paired.paired_sample_size` for independent runs: ``sd`` is
-    the spread of one method's runs over seeds, which keeps whatever the seeds share.
-    """
-    return smallest_n(lambda n: two_sample_t_power(n, effect, sd, alpha), effect, power, max_runs, "runs per method")
-
-
-# ---------------------------------------------------------------- collapse timing, rank correlation, split overlap
+# ---------------------------------------------------------------- collapse timing, split overlap
 
 
 def flag_time(run: Run) -> tuple[int, bool]:
@@ -210,92 +167,6 @@ def flag_time(run: Run) -> tuple[int, bool]:
     if collapse.get("collapsed"):
         return int(collapse["step"]), True
     return int(run.record["steps"]), False
-
-
-def survival_table(events, steps) -> list[dict]:
-    """Kaplan-Meier estimate of the share of runs whose collapse flag has not fired, at each of ``steps``.
-
-    ``events`` holds one ``(step, flagged)`` per run: a flagged run leaves at its flag step; an
-    unflagged one is censored at its last step (it might have been flagged later, had it run
-    on). Runs censored at a step count as at risk for that step's flags. Rows: ``step``,
-    ``at_risk`` (runs still observed at that step), ``flagged`` (flags up to it) and ``survival``.
-    """
-    events = [(int(s), bool(f)) for s, f in events]
-    if not events:
-        raise ValueError("survival_table needs at least one run")
-    if any(s < 0 for s, _ in events):
-        raise ValueError(f"steps must be >= 0, got {sorted(s for s, _ in events)}")
-    flag_steps = sorted({s for s, f in events if f})
-    rows = []
-    for step in sorted(int(s) for s in steps):
-        survival = 1.0
-        for u in flag_steps:
-            if u > step:
-                break
-            at_risk = sum(s >= u for s, _ in events)
-            survival *= 1.0 - sum(s == u and f for s, f in events) / at_risk
-        rows.append({"step": step, "at_risk": sum(s >= step for s, _ in events),
-                     "flagged": sum(f and s <= step for s, f in events), "survival": survival})
-    return rows
-
-
-def _mean_ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):  # ties share the mean of the ranks they span
-            ranks[order[k]] = (i + j) / 2.0
-        i = j + 1
-    return ranks
-
-
-def _pearson(x: list[float], y: list[float]) -> float:
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
-    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
-    if sxx == 0 or syy == 0:
-        raise ValueError("a rank correlation needs values that are not all equal")
-    return sxy / math.sqrt(sxx * syy)
-
-
-def within_group_spearman(x, y, groups, max_permutations: int = 10**6) -> tuple[float, float]:
-    """Spearman's rho of ``x`` and ``y`` after centring both on their group's mean, with its exact p.
-
-    Centring removes a shift shared by a group (runs of one seed share a cold start). The
-    null hypothesis is that within each group the pairing of x with y is arbitrary, so the
-    two-sided p is the share of within-group permutations of ``y`` whose |rho| reaches the
-    observed |rho|. Ties share their mean rank.
-    """
-    import itertools
-
-    x, y, groups = [float(v) for v in x], [float(v) for v in y], list(groups)
-    if not len(x) == len(y) == len(groups) or len(x) < 3:
-        raise ValueError(f"x, y and groups need one entry per run and at least 3 runs, got {len(x)}, {len(y)}, {len(groups)}")
-    if not all(math.isfinite(v) for v in x + y):
-        raise ValueError("within_group_spearman needs finite values")
-
-    def centred(values):
-        means = {g: sum(v for v, h in zip(values, groups, strict=True) if h == g) / groups.count(g) for g in set(groups)}
-        return [v - means[g] for v, g in zip(values, groups, strict=True)]
-
-    rx, cy = _mean_ranks(centred(x)), centred(y)
-    rho = _pearson(rx, _mean_ranks(cy))
-    members = [[i for i, g in enumerate(groups) if g == key] for key in dict.fromkeys(groups)]
-    if math.prod(math.factorial(len(m)) for m in members) > max_permutations:
-        raise ValueError(f"more than {max_permutations} within-group permutations; use fewer runs per group")
-    hits = total = 0
-    for choice in itertools.product(*(itertools.permutations(m) for m in members)):
-        perm = list(range(len(y)))
-        for m, p in zip(members, choice, strict=True):
-            for i, j in zip(m, p, strict=True):
-                perm[i] = j
-        total += 1
-        hits += abs(_pearson(rx, _mean_ranks([cy[j] for j in perm]))) >= abs(rho) - 1e-12
-    return rho, hits / total
 
 
 def split_overlap(splits: dict) -> dict:

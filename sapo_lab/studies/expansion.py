@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 
+from ..runs.study_folder import StudyFolder
 from .results import value_tag
 from .spec import BUDGET_KEYS, grid_leaf
 
@@ -31,7 +32,7 @@ def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
     if {resolve_key(k) for k in base} & budget_keys:
         raise ValueError(f"'base' sets {sorted({resolve_key(k) for k in base} & budget_keys)[0]!r}: use 'budget' and 'seeds'")
     if not any(resolve_key(k) == "cold_start.cache_dir" for k in base):  # one cold start per seed, shared by the methods
-        base["cold_start.cache_dir"] = os.path.join(results_root, study["name"], "_coldstart")
+        base["cold_start.cache_dir"] = StudyFolder(os.path.join(results_root, study["name"])).cold_start_cache
     runs = []
     for method, ov in study["methods"].items():
         for point in itertools.product(*grid.values()) if grid else [()]:

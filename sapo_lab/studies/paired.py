@@ -1,4 +1,4 @@
-"""Paired comparisons of two methods over seeds: the statistics the evidence chapters use.
+"""Paired comparisons of two methods over seeds: every statistic the evidence chapters use.
 
 Runs of one seed share a cold start (the same SFT weights, the same data order), so the
 seed-to-seed spread of a single method is mostly that shared start. The difference
@@ -9,11 +9,12 @@ decides whether a gap is noise. Everything here works on those paired difference
 * :func:`paired_t_test`, :func:`sign_test`, :func:`permutation_test`: two-sided p-values;
 * :func:`paired_sample_size`, :func:`paired_t_power`: how many pairs a paired t-test needs;
 * :func:`holm`: Holm's step-down adjustment for a declared family of tests;
+* :func:`pooled_sd`, :func:`two_sample_size`, :func:`two_sample_t_power`: the unpaired design, for contrast;
+* :func:`survival_table` (Kaplan-Meier) and :func:`within_group_spearman` (rank correlation, exact p);
 * :func:`trajectory_key`, :func:`distinct`: the same run found in two studies counts once.
 
-The statistics use only the standard library: the t distribution comes from the
-regularised incomplete beta function (a Lentz continued fraction), the noncentral t from
-a quadrature over the chi-square density. ``tests/test_paired.py`` checks both against scipy.
+The t and noncentral t distributions are scipy's; the exact tests enumerate with the
+standard library. ``tests/test_paired.py`` checks them against hand-worked cases.
 """
 
 from __future__ import annotations
@@ -26,78 +27,26 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from scipy import stats
+
 # ---------------------------------------------------------------- the t distribution
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
 
 
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    y = t * t / (df + t * t)
-    if y < 0.5:  # near 0, P(|T| < |t|) directly: df / (df + t^2) would round to 1 and flatten the cdf
-        return 0.5 + 0.5 * math.copysign(_betainc(0.5, df / 2.0, y), t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
+    return float(stats.t.cdf(t, df))
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`)."""
+    """The ``p`` quantile of Student's t."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"quantile level must be in (0, 1), got {p}")
-    lo, hi = -1e3, 1e3
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
-    return 0.5 * (lo + hi)
+    return float(stats.t.ppf(p, df))
 
 
-def _noncentral_t_sf(c: float, df: float, ncp: float, nodes: int = 4000) -> float:
-    """P(T' > c) for a noncentral t: E_V[Phi(ncp - c sqrt(V/df))], V ~ chi-square(df), by quadrature."""
-    upper = df + 60.0 * math.sqrt(2.0 * df) + 60.0
-    h = upper / nodes
-    log_norm = -(df / 2.0) * math.log(2.0) - math.lgamma(df / 2.0)
-    total = 0.0
-    for i in range(nodes):  # midpoint rule: the chi-square density is smooth away from 0
-        v = (i + 0.5) * h
-        dens = math.exp(log_norm + (df / 2.0 - 1.0) * math.log(v) - v / 2.0)
-        z = ncp - c * math.sqrt(v / df)
-        total += dens * 0.5 * math.erfc(-z / math.sqrt(2))
-    return total * h
+def _noncentral_t_sf(c: float, df: float, ncp: float) -> float:
+    """P(T' > c) for a noncentral t with ``df`` degrees of freedom and noncentrality ``ncp``."""
+    return float(stats.nct.sf(c, df, ncp))
 
 
 # ---------------------------------------------------------------- tests and intervals
@@ -276,6 +225,135 @@ def compare(pairs: dict, method: str = "method", reference: str = "reference", a
         above=sum(d > 0 for d in diffs),
         ties=sum(d == 0 for d in diffs),
     )
+
+
+# ---------------------------------------------------------------- sample sizes: unpaired against paired
+
+
+def pooled_sd(groups) -> tuple[float, int]:
+    """Pooled within-group standard deviation of ``groups`` (lists of values) and its degrees of freedom.
+
+    Each group contributes its squared deviations from its own mean and ``len - 1`` degrees of
+    freedom, so a shift shared by a whole group (a cell of the grid, a seed) does not count.
+    """
+    squares, df = 0.0, 0
+    for group in groups:
+        values = [float(v) for v in group]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"pooled_sd needs finite values, got {values}")
+        if len(values) > 1:
+            mean = sum(values) / len(values)
+            squares += sum((v - mean) ** 2 for v in values)
+            df += len(values) - 1
+    if df == 0:
+        raise ValueError("a pooled SD needs at least one group of 2 or more values")
+    return math.sqrt(squares / df), df
+
+
+def two_sample_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided unpaired (equal-variance) t-test with ``n`` runs per method."""
+    if n < 2:
+        raise ValueError("power needs at least 2 runs per method")
+    if not sd > 0:
+        raise ValueError(f"the SD of one method's runs must be > 0, got {sd}")
+    return two_sided_t_power(2 * n - 2, abs(effect) / (sd * math.sqrt(2.0 / n)), alpha)
+
+
+def two_sample_size(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_runs: int = 10000) -> int:
+    """The fewest runs per method whose unpaired two-sided t-test reaches ``power`` against ``effect``.
+
+    The counterpart of :func:`paired_sample_size` for independent runs: ``sd`` is
+    the spread of one method's runs over seeds, which keeps whatever the seeds share.
+    """
+    return smallest_n(lambda n: two_sample_t_power(n, effect, sd, alpha), effect, power, max_runs, "runs per method")
+
+
+
+# ---------------------------------------------------------------- survival and rank correlation
+
+
+def survival_table(events, steps) -> list[dict]:
+    """Kaplan-Meier estimate of the share of runs whose collapse flag has not fired, at each of ``steps``.
+
+    ``events`` holds one ``(step, flagged)`` per run: a flagged run leaves at its flag step; an
+    unflagged one is censored at its last step (it might have been flagged later, had it run
+    on). Runs censored at a step count as at risk for that step's flags. Rows: ``step``,
+    ``at_risk`` (runs still observed at that step), ``flagged`` (flags up to it) and ``survival``.
+    """
+    events = [(int(s), bool(f)) for s, f in events]
+    if not events:
+        raise ValueError("survival_table needs at least one run")
+    if any(s < 0 for s, _ in events):
+        raise ValueError(f"steps must be >= 0, got {sorted(s for s, _ in events)}")
+    flag_steps = sorted({s for s, f in events if f})
+    rows = []
+    for step in sorted(int(s) for s in steps):
+        survival = 1.0
+        for u in flag_steps:
+            if u > step:
+                break
+            at_risk = sum(s >= u for s, _ in events)
+            survival *= 1.0 - sum(s == u and f for s, f in events) / at_risk
+        rows.append({"step": step, "at_risk": sum(s >= step for s, _ in events),
+                     "flagged": sum(f and s <= step for s, f in events), "survival": survival})
+    return rows
+
+
+def _mean_ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):  # ties share the mean of the ranks they span
+            ranks[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def _pearson(x: list[float], y: list[float]) -> float:
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        raise ValueError("a rank correlation needs values that are not all equal")
+    return sxy / math.sqrt(sxx * syy)
+
+
+def within_group_spearman(x, y, groups, max_permutations: int = 10**6) -> tuple[float, float]:
+    """Spearman's rho of ``x`` and ``y`` after centring both on their group's mean, with its exact p.
+
+    Centring removes a shift shared by a group (runs of one seed share a cold start). The
+    null hypothesis is that within each group the pairing of x with y is arbitrary, so the
+    two-sided p is the share of within-group permutations of ``y`` whose |rho| reaches the
+    observed |rho|. Ties share their mean rank.
+    """
+    x, y, groups = [float(v) for v in x], [float(v) for v in y], list(groups)
+    if not len(x) == len(y) == len(groups) or len(x) < 3:
+        raise ValueError(f"x, y and groups need one entry per run and at least 3 runs, got {len(x)}, {len(y)}, {len(groups)}")
+    if not all(math.isfinite(v) for v in x + y):
+        raise ValueError("within_group_spearman needs finite values")
+
+    def centred(values):
+        means = {g: sum(v for v, h in zip(values, groups, strict=True) if h == g) / groups.count(g) for g in set(groups)}
+        return [v - means[g] for v, g in zip(values, groups, strict=True)]
+
+    rx, cy = _mean_ranks(centred(x)), centred(y)
+    rho = _pearson(rx, _mean_ranks(cy))
+    members = [[i for i, g in enumerate(groups) if g == key] for key in dict.fromkeys(groups)]
+    if math.prod(math.factorial(len(m)) for m in members) > max_permutations:
+        raise ValueError(f"more than {max_permutations} within-group permutations; use fewer runs per group")
+    hits = total = 0
+    for choice in itertools.product(*(itertools.permutations(m) for m in members)):
+        perm = list(range(len(y)))
+        for m, p in zip(members, choice, strict=True):
+            for i, j in zip(m, p, strict=True):
+                perm[i] = j
+        total += 1
+        hits += abs(_pearson(rx, _mean_ranks([cy[j] for j in perm]))) >= abs(rho) - 1e-12
+    return rho, hits / total
 
 
 # ---------------------------------------------------------------- one trajectory, counted once

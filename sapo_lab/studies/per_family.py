@@ -16,10 +16,12 @@ rates in family f.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..tasks import family_of as task_family
 from ..training.evaluation import eval_generator, generate_answers, mean_ci, pass_at_k
 
 
@@ -141,7 +143,7 @@ def score_problems(
     if it has one, else its name).
     """
     if family_of is None:
-        family_of = task.family_of if hasattr(task, "family_of") else (lambda p: task.name)
+        family_of = functools.partial(task_family, task)
     _, reasons = generate_answers(
         model,
         tokenizer,

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-
-from ..runs.durable import write_json
 from ..runs.metric_names import ELAPSED_S
-from ..runs.run_folder import RunFolder
+from ..runs.study_folder import StudyRunFolder
 from .selected_eval import evaluate_selected
 from .verdicts import collapse_verdict
 
@@ -16,19 +12,15 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     """Collapse verdict, selections with their eval breakdown, counters: ``study_record.json``."""
     from .checkpoint_rules import run_metric_rows
 
-    path = os.path.join(run_dir, "study_record.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            return json.load(f)
+    folder = StudyRunFolder(run_dir)
+    if folder.has_record():
+        return folder.read_record()
     rows = run_metric_rows(run_dir)
-    diverged = None
-    if os.path.isfile(os.path.join(run_dir, "diverged.json")):
-        with open(os.path.join(run_dir, "diverged.json")) as f:
-            diverged = json.load(f)
+    diverged = folder.read_diverged()
+    if diverged:
         summary = {"status": "diverged", "steps": diverged["step"]}
     else:
-        with open(RunFolder(run_dir).summary) as f:
-            summary = json.load(f)
+        summary = folder.read_summary()
     last = rows[-1] if rows else {}
     record = {
         "run_id": run["run_id"],
@@ -52,5 +44,5 @@ def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     if not diverged:
         for rule in study["selection"]:
             record["selections"].append(evaluate_selected(run_dir, run["config"], rule, study["breakdown_samples"]))
-    write_json(path, record)
+    folder.write_record(record)
     return record

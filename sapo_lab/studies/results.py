@@ -1,9 +1,11 @@
 """Reading a finished (or partly finished) study: what the evidence chapters import.
 
-A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.runner`): ``summary.json`` with
-one row per finished run, and per run ``runs/RUN_ID/metrics.jsonl`` (one row per rollout
-step) and ``study_record.json`` (collapse verdict, selected checkpoints, counters). This
-module only reads them; a run's own files are read through :mod:`sapo_lab.runs.run_folder`.
+A study's results live in ``results/NAME/`` (:mod:`sapo_lab.studies.runner`): a summary table with
+one row per finished run, and per run its metrics (one row per rollout step), its config, and
+the study's record of it (collapse verdict, selected checkpoints, counters). This module only
+reads them, through the folders that own the file names (:mod:`sapo_lab.runs.study_folder`,
+:mod:`sapo_lab.runs.run_folder`): :class:`Study` and :class:`Run` are the typed readers the
+chapters use. Importing it loads neither torch nor pydantic.
 
 Curves over seeds are summarised by their mean and their seed range (min, max). With two or
 three seeds a normal interval would be a pretence of precision; the range shows every seed.
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runs.metric_names import canonical
-from ..runs.run_folder import RunFolder
+from ..runs.study_folder import StudyFolder, StudyRunFolder
+from ..runs.study_folder import study_names as _study_names
 from .checkpoint_rules import run_metric_rows
 
 
@@ -52,6 +55,26 @@ class Run:
     _rows: list | None = field(default=None, repr=False)
 
     @property
+    def folder(self) -> StudyRunFolder:
+        """The run's folder: every file name in it."""
+        return StudyRunFolder(str(self.path))
+
+    @property
+    def config(self) -> dict:
+        """The run's resolved config, as saved (plain JSON; ``config_from_dict`` makes it a ``TrainConfig``)."""
+        return self.folder.read_config()
+
+    @property
+    def summary(self) -> dict:
+        """The finished run's report (held-out Pass@1 before and after, steps, time)."""
+        return self.folder.read_summary()
+
+    @property
+    def cold_start_eval(self) -> dict:
+        """The held-out evaluation of the run's cold start, and the cold start's cache key."""
+        return self.folder.read_cold_start_eval()
+
+    @property
     def rows(self) -> list[dict]:
         """The run's ``metrics.jsonl`` rows, one per rollout step (read by :func:`run_metric_rows`)."""
         if self._rows is None:
@@ -64,7 +87,7 @@ class Run:
 
         The key depends on the seed and on the task and SFT settings, so one seed on two tasks gives two keys.
         """
-        return RunFolder(str(self.path)).read_cold_start_eval()["cold_start"]["key"]
+        return self.cold_start_eval["cold_start"]["key"]
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
         """(steps, values) of ``metric`` over the rows where it was measured (not null, finite).
@@ -84,10 +107,14 @@ class Run:
     def selection(self, by: str) -> dict | None:
         """The record's selection whose tag is ``by`` (``best_dev``, ``final``, ``step_50``...)."""
         for sel in self.record.get("selections", []):
-            tag = sel["by"] + (f"_{value_tag(sel['value'])}" if sel.get("value") is not None else "")
-            if tag == by or sel["by"] == by:
+            if selection_tag(sel) == by or sel["by"] == by:
                 return sel
         return None
+
+
+def selection_tag(selection: dict) -> str:
+    """A selection's name in records and summary columns: its rule, and its value where it has one (``step_50``)."""
+    return selection["by"] + (f"_{value_tag(selection['value'])}" if selection.get("value") is not None else "")
 
 
 def value_tag(value) -> str:
@@ -125,10 +152,26 @@ class Study:
                 out.append(run)
         return out
 
+    @property
+    def folder(self) -> StudyFolder:
+        """The study's folder: every file name in it."""
+        return StudyFolder(str(self.path))
+
+    @property
+    def environment(self) -> dict:
+        """``{"invocations": [...]}``: per invocation, versions, git commit, machine, dates and wall time."""
+        return self.folder.read_environment()
+
+    def run(self, run_id: str) -> Run:
+        """The finished run ``run_id``; a ``KeyError`` naming the study when it has not finished (or does not exist)."""
+        for run in self.runs:
+            if run.run_id == run_id:
+                return run
+        raise KeyError(f"study {self.name} has no finished run {run_id!r}")
+
     def provenance(self) -> dict:
-        """Where the study's numbers came from, read from ``environment.json``: command, commits, dates, wall time."""
-        with open(self.path / "environment.json") as f:
-            invocations = json.load(f)["invocations"]
+        """Where the study's numbers came from, read from its environment record: command, commits, dates, wall time."""
+        invocations = self.environment["invocations"]
         commands = sorted({"python -m sapo_lab " + " ".join(inv["argv"][1:]) for inv in invocations})
         return {
             "study": self.name,
@@ -153,26 +196,26 @@ def load_study(name: str, root: str | os.PathLike | None = None) -> Study:
     """Everything finished so far in ``results/NAME``; ``root`` is the results folder (default: found)."""
     base = Path(root) if root is not None else results_root()
     path = base / name
-    if not (path / "study.json").is_file():
-        raise FileNotFoundError(f"{path} holds no study (no study.json): run python -m sapo_lab study experiments/{name}.json")
-    with open(path / "study.json") as f:
-        declaration = json.load(f)
-    summary = []
-    if (path / "summary.json").is_file():
-        with open(path / "summary.json") as f:
-            summary = json.load(f)
+    folder = StudyFolder(str(path))
+    if not folder.is_study():
+        raise FileNotFoundError(f"{path} holds no study (no declaration): run python -m sapo_lab study experiments/{name}.json")
+    declaration = folder.read_declaration()
+    summary = folder.read_summary()
     runs = []
-    runs_dir = path / "runs"
-    for run_dir in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
-        rec = run_dir / "study_record.json"
-        if not rec.is_file():
+    for run_id in folder.run_ids():
+        run_folder = folder.run(run_id)
+        if not run_folder.has_record():
             continue  # still running, or interrupted: not evidence yet
-        with open(rec) as f:
-            record = json.load(f)
-        runs.append(Run(record["run_id"], record["method"], record["seed"], record.get("grid", {}), record, run_dir))
+        rec = run_folder.read_record()
+        runs.append(Run(rec["run_id"], rec["method"], rec["seed"], rec.get("grid", {}), rec, Path(run_folder.path)))
     order = {m: i for i, m in enumerate(declaration["methods"])}
     runs.sort(key=lambda r: (order.get(r.method, len(order)), json.dumps(r.grid, sort_keys=True), r.seed))
     return Study(name, path, declaration, runs, summary)
+
+
+def study_names(root: str | os.PathLike | None = None) -> list[str]:
+    """The studies in the results folder (``root``, default: found by :func:`results_root`), sorted."""
+    return _study_names(Path(root) if root is not None else results_root())
 
 
 @dataclass

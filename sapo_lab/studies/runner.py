@@ -19,28 +19,26 @@ now resolves to is an error: a changed study needs a new name.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
 import time
 
-from ..runs.durable import atomic_write, write_json
+from ..runs.identity import same_run
 from ..runs.metric_names import DEV_PASS1
-from ..runs.run_folder import RunFolder
+from ..runs.study_folder import StudyFolder, StudyRunFolder
 from .environment import capture_environment
 from .expansion import expand_runs
 from .record import finish_record
 from .spec import load_declaration
 from .summary import write_summary
 
-GITIGNORE = "runs/*/checkpoints/\nruns/*/snapshots/\nruns/*/cold_start/\nruns/*/final_model/\n_coldstart/\n*.tmp\n"
-
 
 def run_status(run_dir: str) -> str:
     """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
     from ..runs.checkpoint import latest_checkpoint
 
-    if os.path.isfile(RunFolder(run_dir).summary) or os.path.isfile(os.path.join(run_dir, "diverged.json")):
+    folder = StudyRunFolder(run_dir)
+    if os.path.isfile(folder.summary) or os.path.isfile(folder.diverged):
         return "done"
     if os.path.isdir(run_dir) and latest_checkpoint(run_dir) is not None:
         return "partial"
@@ -48,13 +46,8 @@ def run_status(run_dir: str) -> str:
 
 
 def _same_config(run_dir: str, cfg) -> bool:
-    """The run's saved config equals ``cfg`` (where the cold-start cache lives does not count)."""
-    with open(RunFolder(run_dir).config) as f:
-        saved = json.load(f)
-    now = json.loads(json.dumps(cfg.to_dict()))
-    for d in (saved, now):
-        d.get("cold_start", {}).pop("cache_dir", None)
-    return saved == now
+    """The run's saved config is ``cfg``'s run (where the cold-start cache lives does not count)."""
+    return same_run(StudyRunFolder(run_dir).read_config(), cfg.to_dict())
 
 
 def _snapshot_callback(run_dir: str, every, user_callback):
@@ -78,7 +71,8 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
     for k, run in enumerate(runs):
         if k % n != i:
             continue
-        run_dir = os.path.join(out, "runs", run["run_id"])
+        folder = StudyFolder(out).run(run["run_id"])
+        run_dir = folder.path
         cfg = run["config"]
         state = run_status(run_dir)
         if state != "pending" and not _same_config(run_dir, cfg):
@@ -99,10 +93,10 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
             from .checkpoint_rules import run_metric_rows
 
             rows = run_metric_rows(run_dir)
-            write_json(os.path.join(run_dir, "diverged.json"), {"error": str(exc), "step": rows[-1]["step"] + 1 if rows else 1})
+            folder.write_diverged(str(exc), rows[-1]["step"] + 1 if rows else 1)
             summary = {"status": "diverged"}
         finally:  # a crashed invocation's time still counts
-            _append_wall(run_dir, actions[run["run_id"]], time.perf_counter() - t_run)
+            folder.append_wall(actions[run["run_id"]], time.perf_counter() - t_run)
         if summary["status"] == "interrupted":
             return "interrupted"
         finish_record(run, run_dir, study)
@@ -134,17 +128,16 @@ def run_study(
     if unknown:
         raise ValueError(f"--methods: {unknown[0]!r} is not a method of study {study['name']!r}; it has {list(study['methods'])}")
     todo = [r for r in runs if methods is None or r["method"] in methods]
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
-    atomic_write(os.path.join(out, ".gitignore"), GITIGNORE)
-    declared = os.path.join(out, "study.json")
+    folder = StudyFolder(out)
+    folder.start()
+    declared = folder.declaration
     if os.path.isfile(declared):
-        with open(declared) as f:
-            saved = json.load(f)
+        saved = folder.read_declaration()
         if "analysis" not in saved:  # a study run without a plan may gain a post hoc one
             saved = {**saved, **({"analysis": study["analysis"]} if "analysis" in study else {})}
         if saved != study:
             raise ValueError(f"{declared} holds a different declaration of study {study['name']!r}; use a new name")
-    write_json(declared, study)
+    folder.write_declaration(study)
     env = {"started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **capture_environment()}
     t0 = time.perf_counter()
     actions: dict[str, str] = {}
@@ -156,20 +149,7 @@ def run_study(
         env["wall_s"] = time.perf_counter() - t0
         env["status"] = status
         env["actions"] = actions
-        env_path = os.path.join(out, "environment.json")
-        history = []
-        if os.path.isfile(env_path):
-            with open(env_path) as f:
-                history = json.load(f)["invocations"]
-        write_json(env_path, {"invocations": history + [env]})
+        folder.append_invocation(env)
     rows = write_summary(out, runs, study)
     return {"status": status, "rows": rows, "actions": actions, "results": out}
 
-
-def _append_wall(run_dir: str, action: str, wall_s: float) -> None:
-    path = os.path.join(run_dir, "study_wall.json")
-    hist = []
-    if os.path.isfile(path):
-        with open(path) as f:
-            hist = json.load(f)
-    write_json(path, hist + [{"action": action, "wall_s": wall_s}])

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from ..tasks import splits_for, task_for
+from ..tasks import family_weights, splits_for, task_for
 from ..training.evaluation import eval_temperature
 from ..training.seeds import final_eval_seed
-
-
-def task_weights(task) -> dict:
-    """Declared aggregate weights: the mix's own, else the single task at weight 1."""
-    return dict(task.weights) if hasattr(task, "weights") else {task.name: 1.0}
 
 
 def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
@@ -39,6 +34,6 @@ def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
         # reproduces summary.json's final_pass1 exactly (with fewer samples it is another protocol)
         seed=final_eval_seed(cfg.seed),
     )
-    choice["eval"] = breakdown(records, task_weights(task), pass_k=sorted({1, num_samples}))
+    choice["eval"] = breakdown(records, family_weights(task), pass_k=sorted({1, num_samples}))
     return choice
 

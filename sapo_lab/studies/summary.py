@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import os
 
-from ..runs.durable import atomic_write, write_json
-from .results import value_tag
+from ..runs.study_folder import StudyFolder
+from .results import selection_tag
 from .spec import grid_leaf
 
 
@@ -30,7 +28,7 @@ def summary_row(record: dict, wall: float) -> dict:
         "final_pass1_hi": (record["final_pass1_ci95"] or [None, None])[1],
     }
     for sel in record["selections"]:
-        tag = sel["by"] + (f"_{value_tag(sel['value'])}" if sel.get("value") is not None else "")
+        tag = selection_tag(sel)
         row[f"{tag}_step"] = sel.get("step")
         row[f"{tag}_dev_pass1"] = sel.get("dev_pass1")
         ev = sel.get("eval")
@@ -47,24 +45,17 @@ def summary_row(record: dict, wall: float) -> dict:
 
 def write_summary(out: str, runs: list[dict], study: dict) -> list[dict]:
     """``summary.csv`` / ``summary.json``: one row per finished run, in declaration order."""
-    rows = []
+    rows, study_folder = [], StudyFolder(out)
     for run in runs:
-        run_dir = os.path.join(out, "runs", run["run_id"])
-        rec_path = os.path.join(run_dir, "study_record.json")
-        if not os.path.isfile(rec_path):
+        folder = study_folder.run(run["run_id"])
+        if not folder.has_record():
             continue
-        with open(rec_path) as f:
-            record = json.load(f)
-        wall = 0.0
-        if os.path.isfile(os.path.join(run_dir, "study_wall.json")):
-            with open(os.path.join(run_dir, "study_wall.json")) as f:
-                wall = sum(h["wall_s"] for h in json.load(f))
-        rows.append(summary_row(record, wall))
-    write_json(os.path.join(out, "summary.json"), rows)
+        wall = sum((h["wall_s"] for h in folder.read_wall()), 0.0)
+        rows.append(summary_row(folder.read_record(), wall))
     fields = list(dict.fromkeys(k for r in rows for k in r))
     table = io.StringIO(newline="")
     w = csv.DictWriter(table, fieldnames=fields)
     w.writeheader()
     w.writerows(rows)
-    atomic_write(os.path.join(out, "summary.csv"), table.getvalue().encode())
+    study_folder.write_summary(rows, table.getvalue())
     return rows

@@ -21,8 +21,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..runs.checkpoint import write_manifest
 from ..runs.durable import TMP_SUFFIX, move, write_json
+from ..runs.identity import run_identity
+from ..runs.manifest import write_manifest
 from ..tasks import Task, task_for
 from .device import autocast_for
 from .evaluation import evaluate
@@ -35,7 +36,7 @@ def cold_start_key(cfg) -> str:
     spec = {
         "model": cfg.model.name_or_path,
         "task": vars(cfg.task),
-        "cold_start": {k: v for k, v in vars(cfg.cold_start).items() if k != "cache_dir"},
+        "cold_start": run_identity(cfg.to_dict())["cold_start"],
         "seed": cfg.seed,
         "max_completion_length": cfg.rollout.max_completion_length,
         "temperature": cfg.rollout.temperature,

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-from ..runs.checkpoint import MANIFEST, verify_manifest
+from ..runs.manifest import MANIFEST, verify_manifest
 from .tokenizer import DEFAULT_ALPHABET, build_char_tokenizer, prepare_tokenizer
 
 # Dropout is off everywhere: the behavior log-probs are recomputed by teacher forcing

@@ -15,15 +15,11 @@ Each rollout step (:meth:`Trainer.train_step`):
    sequence-level gradient comparison is measured between the loss and the backward;
 3. :func:`sapo_lab.training.metrics.metrics_row` turns the batch and the K updates into one row.
 
-Around the loop (:meth:`Trainer.train`): :meth:`Trainer.start` readies the run
-(:mod:`.lifecycle`: cold start or resume), and after the last step the final model is
-evaluated and ``summary.json`` written. Diagnostics go to ``metrics.jsonl``, one JSON
-object per rollout step; dev-subset Pass@1 is measured every ``evaluation.dev_every``
-steps (``null`` in between). Evaluation (cold start, dev, held out) always uses the
-task's own verifier, so a shaped ``reward_fn`` cannot inflate Pass@1.
-
-Everything that decides a run's numbers is a pure function of the config (and the
-reward function), so on CPU an interrupted-and-resumed run reproduces the
+Around the loop (:meth:`Trainer.train`): :meth:`Trainer.start` readies the run (:mod:`.lifecycle`: cold
+start or resume); after the last step the final model is evaluated and the summary written. One metrics
+row per rollout step; dev-subset Pass@1 every ``evaluation.dev_every`` steps (``null`` in between).
+Evaluation always uses the task's own verifier, so a shaped ``reward_fn`` cannot inflate Pass@1. Every
+number is a pure function of the config (and the reward function): on CPU a resumed run reproduces the
 uninterrupted one exactly.
 """
 
@@ -50,7 +46,7 @@ from .metrics import metrics_row
 from .model import response_logprobs
 from .rollout import MiniBatch, RolloutBatch, rollout
 from .seeds import global_seed, run_generators
-from .update import UpdateResult, compare_gradients, learning_rate_at, minibatch_forward, optimizer_step
+from .update import UpdateResult, compare_gradients, comparison_due, learning_rate_at, minibatch_forward, optimizer_step
 
 __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
 
@@ -58,28 +54,14 @@ __all__ = ["Trainer", "TrainingDiverged", "learning_rate_at", "train"]
 class Trainer:
     """One run directory (:class:`sapo_lab.runs.run_folder.RunFolder`) and the loop that fills it.
 
-    Constructing a Trainer decides what the folder allows (fresh start, overwrite or
-    resume, :func:`sapo_lab.runs.run_policy.prepare`) and builds the task and its
-    splits; nothing is trained. :meth:`start` readies the model (the lifecycle step:
-    cold start or checkpoint), :meth:`train` starts if needed and runs the loop,
-    :meth:`train_step` makes one rollout step. ``reward_fn(completion_text, finished,
-    problem) -> (reward, reason)`` replaces the task's verifier for the rollouts'
-    rewards; a resumed run needs the same one to reproduce.
+    Constructing it decides what the folder allows (:func:`sapo_lab.runs.run_policy.prepare`) and builds the
+    task and its splits; :meth:`start` readies the model (cold start or checkpoint), :meth:`train` runs the loop,
+    :meth:`train_step` makes one rollout step. ``reward_fn(completion_text, finished, problem) -> (reward,
+    reason)`` replaces the task's verifier for the rollouts' rewards (a resume needs the same one).
     """
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        run_dir: str,
-        *,
-        resume: bool = False,
-        reward_fn: RewardFn | None = None,
-        log=print,
-        progress: bool | None = None,
-        on_step_end=None,
-        overwrite: bool = False,
-        resume_keys=None,
-    ):
+    def __init__(self, cfg: TrainConfig, run_dir: str, *, resume: bool = False, reward_fn: RewardFn | None = None,
+                 log=print, progress: bool | None = None, on_step_end=None, overwrite: bool = False, resume_keys=None):
         self.run_dir, self.folder, self.resume, self.log = run_dir, RunFolder(run_dir), resume, log
         self.progress, self.on_step_end = progress, on_step_end
         self.stop_requested, self.started = False, False
@@ -99,8 +81,7 @@ class Trainer:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> Trainer:
-        """Ready the run once: its model (a new cold start, evaluated and saved, or on resume the saved one), the KL
-        reference, AdamW, the generators, and on resume the checkpoint's state. :meth:`train` calls it."""
+        """Ready the run once: model (cold start, or the saved one), KL reference, AdamW, generators, checkpoint."""
         if self.started:
             return self
         self.started = True
@@ -121,11 +102,8 @@ class Trainer:
         return self
 
     def _restore(self) -> None:
-        """Load the checkpoint ``prepare`` chose into the model, optimizer and generators; tidy the folder."""
-        ckpt = self.prepared.checkpoint
-        if ckpt is None:
-            raise ValueError(f"--resume: {self.run_dir} has no checkpoint yet")
-        state = load_checkpoint(ckpt, self.model, self.opt, self.generators)
+        """Load the checkpoint ``prepare`` chose (it refuses a resume without one) and tidy the folder."""
+        state = load_checkpoint(self.prepared.checkpoint, self.model, self.opt, self.generators)
         self.step, self.elapsed, self.counters = state["step"], state["elapsed_s"], state["counters"]
         self.prepared.commit(self.step)  # tidies the folder, truncates metrics.jsonl, logs "resumed"
 
@@ -238,18 +216,13 @@ class Trainer:
         cfg, o = self.cfg, self.cfg.optimization
         where = f"step {self.step + 1}, minibatch {k}"
         forward = minibatch_forward(self.model, mb, cfg, timer=timer, where=where)
-        comparison, comparison_s = compare_gradients(self.model, forward, cfg.loss) if self._compare_at(k) else (None, 0.0)
+        due = comparison_due(self.step + 1, k, cfg)
+        comparison, comparison_s = compare_gradients(self.model, forward, cfg.loss) if due else (None, 0.0)
         lr = learning_rate_at(self.counters["optimizer_steps"], o.max_steps * o.steps_per_generation, cfg)
         update = optimizer_step(self.model, self.opt, forward, cfg, lr=lr, timer=timer, where=where)
         update.gradient_comparison, update.comparison_s = comparison, comparison_s
         self.counters["optimizer_steps"] += 1
         return update
-
-    def _compare_at(self, k: int) -> bool:
-        """Every ``gradient_comparison_every`` steps, on the last minibatch: the stalest (K - 1 optimizer steps
-        old), the one where token- and sequence-level gradients can differ at all (at r = 1 they coincide)."""
-        every, last = self.cfg.evaluation.gradient_comparison_every, self.cfg.optimization.steps_per_generation - 1
-        return every > 0 and (self.step + 1) % every == 0 and k == last
 
     def _step_row(self, batch: RolloutBatch, updates: list[UpdateResult], timer: ModelTimer, t_start: float) -> dict:
         """Count the finished step and build its metrics row."""
@@ -265,25 +238,12 @@ class Trainer:
                            step_s=step_s, model_s=timer.seconds, elapsed_s=self.elapsed)
 
 
-def train(
-    cfg: TrainConfig,
-    run_dir: str,
-    *,
-    resume: bool = False,
-    reward_fn: RewardFn | None = None,
-    log=print,
-    progress=None,
-    on_step_end=None,
-    overwrite: bool = False,
-    resume_keys=None,
-) -> dict:
+def train(cfg: TrainConfig, run_dir: str, *, resume: bool = False, reward_fn: RewardFn | None = None, log=print,
+          progress=None, on_step_end=None, overwrite: bool = False, resume_keys=None) -> dict:
     """Run (or resume) a training run; returns the summary dict (see :class:`Trainer`).
 
     ``overwrite`` replaces another run's files in ``run_dir``; ``resume_keys`` names the
     config keys the user asked to change on resume (None: compare all of ``cfg``).
     """
-    trainer = Trainer(
-        cfg, run_dir, resume=resume, reward_fn=reward_fn, log=log, progress=progress, on_step_end=on_step_end,
-        overwrite=overwrite, resume_keys=resume_keys,
-    )
-    return trainer.train()
+    return Trainer(cfg, run_dir, resume=resume, reward_fn=reward_fn, log=log, progress=progress,
+                   on_step_end=on_step_end, overwrite=overwrite, resume_keys=resume_keys).train()

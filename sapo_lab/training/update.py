@@ -26,7 +26,7 @@ import torch
 
 from ..errors import NonFiniteError, TrainingDiverged
 from ..objective.diagnostics import token_sequence_gradient_comparison
-from ..objective.losses import PolicyLossOutput, kl_to_reference, policy_loss
+from ..objective.losses import PolicyLossOutput, kl_to_reference, level_log_ratio, policy_loss
 from ..objective.registry import token_level_kernel
 from .device import ModelTimer, autocast_for
 from .model import response_logprobs
@@ -64,12 +64,17 @@ def comparison_kwargs(loss_config) -> dict:
 
 
 def seen_log_ratio(logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
-    """log(pi / b) per token as the loss used it: at sequence level, every token gets its row's mean."""
-    z = torch.where(mask.bool(), logp.detach() - behavior_logp, torch.zeros_like(behavior_logp))
-    if level != "sequence":
-        return z
-    mean = z.sum(-1) / mask.sum(-1).clamp(min=1)
-    return torch.where(mask.bool(), mean[:, None].expand_as(z), z)
+    """log(pi / b) per token as the loss used it (:func:`~sapo_lab.objective.losses.level_log_ratio`), detached."""
+    valid = mask.bool()
+    return level_log_ratio(torch.where(valid, logp.detach() - behavior_logp, torch.zeros_like(behavior_logp)), valid, level)
+
+
+def comparison_due(step: int, k: int, cfg) -> bool:
+    """Whether minibatch ``k`` of rollout step ``step`` (1-based) measures the gradient comparison: every
+    ``gradient_comparison_every`` steps, on the last minibatch, the stalest (K - 1 optimizer steps old) and
+    the one where token- and sequence-level gradients can differ at all (at r = 1 they coincide)."""
+    every, last = cfg.evaluation.gradient_comparison_every, cfg.optimization.steps_per_generation - 1
+    return every > 0 and step % every == 0 and k == last
 
 
 def learning_rate_at(step: int, total: int, cfg) -> float:
