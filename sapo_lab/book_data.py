@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "3cb65dd6c03bbb875c82033aabf667a9bc27ef1a4b12ed835f4a0ea45358eb7b"
+MANIFEST_SHA256 = "94ebf4e01ac5b782f282b1fafbff876d93a2824a1eb9ee3994d4fe42fb3b4481"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
