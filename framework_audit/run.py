@@ -32,6 +32,7 @@ from framework_audit.frameworks import framework
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = ("float64", "float32")  # the verdict's dtype first
 TORCH_BASE = "framework_audit/.venv-torch"  # build_env.sh's shared torch for layered environments
+NOT_MEASURING = ("__init__.py", "cli.py")  # left out of the audit's fingerprint
 
 
 def first_line(exc: BaseException) -> str:
@@ -60,10 +61,13 @@ def installed_versions(names: list[str]) -> dict:
 
 
 def engine_fingerprint() -> str:
-    """A hash of the audit's code (sapo_lab/conformance/*.py), docstrings and comments aside: results from
-    another version of the audit are not comparable, so the matrix records which one produced each row."""
+    """A hash of the audit's code (sapo_lab/conformance/*.py but the package's re-exports and the command
+    line, which measure nothing), docstrings and comments aside: results from another version of the audit
+    are not comparable, so the matrix records which one produced each row."""
     digest = hashlib.sha256()
     for path in sorted((ROOT / "sapo_lab" / "conformance").glob("*.py")):
+        if path.name in NOT_MEASURING:
+            continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             body = getattr(node, "body", None)
