@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "94ebf4e01ac5b782f282b1fafbff876d93a2824a1eb9ee3994d4fe42fb3b4481"
+MANIFEST_SHA256 = "ed2490f7821dcba74a1f882c8759a8d24d1db06ef1dec7813264e0289a03104b"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
