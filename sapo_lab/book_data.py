@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "ed2490f7821dcba74a1f882c8759a8d24d1db06ef1dec7813264e0289a03104b"
+MANIFEST_SHA256 = "79cf8f3e50b98d00d6db8d41d243e66affe5315d5f34a73496ca68b384b69446"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
@@ -59,6 +59,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "11a_training_the_gpt2": _study("main_comparison"),
     "12_reading_the_evidence": tuple(p for name in _EVIDENCE for p in _study(name)),
     "13_limitations_reproducibility": (*_study("main_comparison"), *_study("cost_of_conservatism"),
+                                       *(p for name in _CONFIRMATORY for p in _study(name)),
                                        *_metadata("*"), "tests/test_results_reproduce.py"),
     "14_critical_analysis": tuple(p for name in _EVIDENCE for p in _study(name)),
     "14b_instability_and_tuning": tuple(p for name in _EVIDENCE for p in _study(name)),
