@@ -26,7 +26,9 @@ spec.loader.exec_module(make_student)
 NOTEBOOKS = notebooks_with_exercises()
 ALL = [e for p in NOTEBOOKS for e in exercises(p)]
 
-SNAPSHOT = "__exercise_ns__ = dict(globals())"
+# the harness's own names stay out of the snapshot: a snapshot holding the previous one would restore the
+# previous exercise's globals from the second variant on (dropping cells run since, such as a setup cell)
+SNAPSHOT = '__exercise_ns__ = {k: v for k, v in globals().items() if not k.startswith("__exercise_")}'
 RESTORE = """__exercise_keep__ = __exercise_ns__
 for __k in list(globals()):
     if __k not in __exercise_keep__ and not __k.startswith("__exercise_"):
