@@ -1,6 +1,7 @@
 """The generated sentences about the confirmatory studies: their numbers, the README's copy, the clip bound."""
 
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -83,3 +84,34 @@ def test_clip_bound_never_exceeds_the_true_count_and_is_reached():
 def test_clip_bound_catches_a_bound_divided_by_the_largest_norm():
     # the plausible slip (mean - c) / largest would say 1 here; two norms of 1.5 give exactly 2
     assert clipped_at_least(1.5, 1.5, 1.0, 2) == 2
+
+
+def _displayed_by(cell_source: str, monkeypatch, namespace: dict) -> str:
+    """Run one notebook cell with IPython's display captured; the Markdown it showed, joined."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
+    namespace = {"Markdown": IPython.display.Markdown, "display": IPython.display.display, **namespace}
+    exec(compile(cell_source, "<cell>", "exec"), namespace)
+    return " ".join(o.data for o in shown if isinstance(o, IPython.display.Markdown))
+
+
+def _cell_after(notebook: str, marker: str) -> str:
+    """The first code cell after the markdown cell that contains ``marker``."""
+    cells = json.loads((ROOT / "book" / notebook).read_text())["cells"]
+    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and marker in "".join(c["source"]))
+    return next("".join(c["source"]) for c in cells[start + 1 :] if c["cell_type"] == "code")
+
+
+def test_landing_page_and_closing_display_the_generated_headline(results, monkeypatch):
+    # fails if the landing page (or Chapter 16's closing) writes its own sentence instead of headline_sentence's
+    headline = headline_sentence(results)
+    landing = _cell_after("01_reading_map.ipynb", "## The finding in one sentence")
+    assert headline in _displayed_by(landing, monkeypatch, {})
+    closing = _cell_after("16_conclusion.ipynb", "## Closing")
+    shown = _displayed_by(closing, monkeypatch, {"confirmed": results, "interval_text": interval_text,
+                                                 "headline_sentence": headline_sentence})
+    assert headline in shown
+    # the capture itself: a cell showing another sentence is not taken for the headline
+    assert headline not in _displayed_by('display(Markdown("SAPO finished above GRPO."))', monkeypatch, {})
