@@ -110,8 +110,9 @@ def test_landing_page_and_closing_display_the_generated_headline(results, monkey
     landing = _cell_after("01_reading_map.ipynb", "## The finding in one sentence")
     assert headline in _displayed_by(landing, monkeypatch, {})
     closing = _cell_after("16_conclusion.ipynb", "## Closing")
-    shown = _displayed_by(closing, monkeypatch, {"confirmed": results, "interval_text": interval_text,
-                                                 "headline_sentence": headline_sentence})
+    shown = _displayed_by(
+        closing, monkeypatch, {"confirmed": results, "interval_text": interval_text, "headline_sentence": headline_sentence}
+    )
     assert headline in shown
     # the capture itself: a cell showing another sentence is not taken for the headline
     assert headline not in _displayed_by('display(Markdown("SAPO finished above GRPO."))', monkeypatch, {})
