@@ -185,6 +185,14 @@ def test_the_run_script_runs_every_declared_method_once_on_each_shard():
         words = line.split()
         assert words[2:4] == ["study", f"experiments/{MAP}.json"], line
         listed[words[words.index("--shard") + 1]] += words[words.index("--methods") + 1].split(",")
-    declared = list(load_declaration(str(ROOT / "experiments" / f"{MAP}.json"))["methods"])
+    study = load_declaration(str(ROOT / "experiments" / f"{MAP}.json"))
     for methods in listed.values():
-        assert sorted(methods) == sorted(declared)
+        assert sorted(methods) == sorted(study["methods"])
+    # the declared questions' runs come first, so an interrupted map still answers them (140 runs, as declared)
+    plan = study["analysis"]
+    primary = {t[side] for t in plan["tests"] for side in ("method", "reference")}
+    for c in plan["contrasts"]:
+        primary |= {m for arm in c.get("arms", {}).values() for m in arm}
+        primary |= {p[side] for p in c.get("points", []) for side in ("method", "reference")}
+    assert set(listed["0/2"][: len(primary)]) == primary
+    assert len(primary) * len(study["seeds"]) == 140 and "complete here, 140 runs" in study["description"]
