@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from sapo_lab.studies.analysis import endpoint_value
 from sapo_lab.studies.contrasts import contrast_results, declared_results, trend_slopes
 from sapo_lab.studies.results import load_study
 from sapo_lab.studies.spec import load_declaration
@@ -127,3 +128,17 @@ def test_contrasts_block_is_checked(tmp_path):
         path.write_text(json.dumps(_declaration({**PLAN, "contrasts": contrasts})))
         with pytest.raises(ValueError, match=message):
             load_declaration(str(path))
+
+
+def test_a_diverged_run_scores_zero_on_the_final_endpoints_and_stays_paired(tmp_path):
+    # the declared rule: no final evaluation, no usable policy; dropping the pair would favour the diverging method
+    study = _study(tmp_path, _values())
+    run = study.select("s8")[0]
+    run.record.update(status="diverged", final_pass1=None, selections=[])
+    assert endpoint_value(run, "final_pass1") == 0.0 and endpoint_value(run, "final_dev_pass1") == 0.0
+    with pytest.raises(KeyError, match="best_dev_eval_pass1"):
+        endpoint_value(run, "best_dev_eval_pass1")  # no selected checkpoint to read
+    (q,) = [r for r in declared_results(study) if r["id"] == "Q"]
+    assert q["comparison"].differences[0] == pytest.approx(0.0 - 0.6)
+    finished = study.select("g8")[0]
+    assert endpoint_value(finished, "final_pass1") == pytest.approx(0.6)  # a finished run is read as before

@@ -32,8 +32,18 @@ def pairing_key(config: dict) -> str:
     return json.dumps(rest, sort_keys=True)
 
 
+# A run stopped by a non-finite loss has no final evaluation and leaves no usable policy: its final
+# endpoints score 0, and it stays in its pair (the rule experiments/gate_map.json declares).
+DIVERGED_SCORES = {"final_pass1": 0.0, "final_dev_pass1": 0.0}
+
+
 def endpoint_value(run: Run, metric: str) -> float:
-    """``metric`` of a run: a ``study_record.json`` field, or a selection's eval (``best_dev_eval_pass1``...)."""
+    """``metric`` of a run: a ``study_record.json`` field, or a selection's eval (``best_dev_eval_pass1``...).
+
+    A diverged run scores :data:`DIVERGED_SCORES` on the final endpoints; it has no selected checkpoints.
+    """
+    if run.record.get("status") == "diverged" and metric in DIVERGED_SCORES:
+        return DIVERGED_SCORES[metric]
     if metric in run.record and run.record[metric] is not None:
         return float(run.record[metric])
     for sel in run.record.get("selections", []):
