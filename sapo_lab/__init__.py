@@ -2,6 +2,7 @@
 
 Layers, lowest first (``sapo_lab.layers`` states which may import which):
 ``objective`` (the loss library, pure torch), ``tasks`` (prompts and verifiers),
+``runs`` (what a run and a study leave on disk: config, folders, checkpoints),
 ``training`` (model, rollouts, the trainer), ``studies`` (declared experiments and
 their paired analysis), ``integrations`` (TRL), ``conformance`` (auditing other
 frameworks' SAPO), ``viz`` (the book's figures) and ``cli`` on top.

@@ -1,5 +1,5 @@
 """Declared studies: the spec, its runs, checkpoint rules, per-family scores, the results
-table and the paired analysis. Built on ``sapo_lab.training``; nothing below imports it.
+table and the paired analysis. Built on ``sapo_lab.runs`` and ``sapo_lab.training``; nothing below imports it.
 
 One module per job: :mod:`.spec` reads and checks a study file, :mod:`.expansion` turns it
 into runs, :mod:`.runner` trains them (resumable), :mod:`.verdicts` judges collapse,
