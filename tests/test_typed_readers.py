@@ -90,7 +90,8 @@ def test_reading_results_imports_neither_torch_nor_pydantic(tmp_path):
     assert _heavy_after_reading_results(ROOT) == []
     shutil.copytree(PACKAGE, tmp_path / "sapo_lab", ignore=shutil.ignore_patterns("__pycache__"))
     planted = tmp_path / "sapo_lab" / "runs" / "run_folder.py"
-    planted.write_text(planted.read_text() + "\nfrom .config import PRESETS  # noqa\nfrom .checkpoint import MANIFEST  # noqa\n")
+    planted.write_text(planted.read_text() + "\nfrom .config import PRESETS  # noqa\n"
+                       "from .checkpoint import CHECKPOINT_FILES  # noqa\n")
     assert {"torch", "pydantic"} <= set(_heavy_after_reading_results(tmp_path))
 
 
