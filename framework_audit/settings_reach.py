@@ -54,11 +54,12 @@ def _span(pair) -> str:
     return f"{lo:.4f}" if lo == hi else f"{lo:.4f} to {hi:.4f}"
 
 
-def _trl_lines(s: dict) -> list[str]:
+def _trl_lines(s: dict, title: str | None = None) -> list[str]:
     src = s["paper_setting_source"]
     lines = [
-        f"### TRL {s['trl']}",
+        f"### {title or 'TRL ' + s['trl']}",
         "",
+        *([f"Rollouts: {s['rollouts']}.", ""] if "rollouts" in s else []),
         f"Level: {s['level']}. Spy: {s['spy']}. A ratio counts as moved when |r - 1| > {s['r_tolerance']:g}; "
         "the temperatures are shown as the loss held them (its dtype); w(r) is the paper's gradient weight of "
         "the gate at the ratios the loss saw (1 at r = 1, as in GRPO).",
@@ -84,8 +85,9 @@ def _trl_lines(s: dict) -> list[str]:
                    f"{_span(paper['gate_weight_range'])}, so SAPO trains as GRPO and the temperatures have no effect"
                    if on_policy else
                    f"is off-policy: a share {paper['share_r_ne_1']:.3f} of tokens had r != 1")
+        on = "" if title is None else " on this trainer"
         lines += ["", f"TRL's documented paper setting ({src['repository']} `{src['path']}`, section "
-                      f"\"{src['section']}\", commit {src['commit'][:12]}) {verdict}."]
+                      f"\"{src['section']}\", commit {src['commit'][:12]}){on} {verdict}."]
     return lines
 
 
@@ -112,9 +114,14 @@ def render_md(data: dict) -> str:
     """The Markdown view of settings_reach.json (a function of the JSON only)."""
     lines = ["# Do the SAPO settings reach the loss?", "",
              "Generated from `settings_reach.json` by `framework_audit/settings_reach.py`.", ""]
-    for key, render in (("trl", _trl_lines), ("verl", _verl_lines)):
-        if key in data:
-            lines += render(data[key]) + [""]
+    if "trl" in data:
+        lines += _trl_lines(data["trl"]) + [""]
+    if "axolotl" in data:
+        a = data["axolotl"]
+        title = f"Axolotl {a['axolotl']}, async GRPO trainer, on TRL {a['trl']}"
+        lines += _trl_lines(a, title) + [""]
+    if "verl" in data:
+        lines += _verl_lines(data["verl"]) + [""]
     return "\n".join(lines)
 
 

@@ -154,22 +154,24 @@ def save_tiny_model(directory: str) -> str:
     return directory
 
 
-def run_setting(name: str, model_dir: str, work_dir: str, after_build=None) -> dict:
+def run_setting(name: str, model_dir: str, work_dir: str, after_build=None, trainer_class=None,
+                config_class=None) -> dict:
     """Train TRL's GRPOTrainer for two optimizer steps in setting ``name``; return what the loss saw.
 
     ``after_build(trainer)`` runs between building the trainer and training (the tests use it to plant a
-    setting that does not reach the loss).
+    setting that does not reach the loss). ``trainer_class`` / ``config_class``: a subclass of TRL's trainer
+    and config (another framework's GRPO trainer built on TRL's) instead of TRL's own.
     """
     import trl
     from datasets import Dataset
     from transformers import AutoTokenizer
 
     settings = {**SMALL_RUN, **SETTINGS[name]}
-    args = trl.GRPOConfig(
+    args = (config_class or trl.GRPOConfig)(
         output_dir=os.path.join(work_dir, name), use_cpu=True, bf16=False, fp16=False, report_to=[],
         save_strategy="no", logging_steps=1, disable_tqdm=True, **settings,
     )
-    trainer = trl.GRPOTrainer(
+    trainer = (trainer_class or trl.GRPOTrainer)(
         model=model_dir,
         reward_funcs=parity_reward,
         args=args,
@@ -220,29 +222,36 @@ def reach_problems(result: dict, tau_pos: float, tau_neg: float) -> list[str]:
     return problems
 
 
-def measure(work_dir: str) -> dict:
-    """Both settings on one saved tiny model; the ``trl`` section of settings_reach.json."""
+def measure(work_dir: str, trainer_class=None, config_class=None) -> dict:
+    """Both settings on one saved tiny model; the ``trl`` section of settings_reach.json.
+
+    With ``trainer_class`` / ``config_class`` (subclasses of TRL's), the same runs on another framework's
+    GRPO trainer; the section then names that class.
+    """
     import transformers
     import trl
 
+    trainer = trainer_class or trl.GRPOTrainer
+    name = f"{trainer.__module__}.{trainer.__qualname__}"
     model_dir = save_tiny_model(os.path.join(work_dir, "model"))
     section = {
-        "level": "training: TRL's GRPOTrainer.train(), the loss as its trainer calls it",
+        "level": f"training: {name}.train(), the loss as its trainer calls it",
+        "trainer": name,
         "trl": trl.__version__,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
-        "spy": "GRPOTrainer._compute_loss wrapped; torch.where (temperature selection) and torch.sigmoid "
-               "(gate argument tau*(r-1)) recorded while it runs",
+        "spy": f"{trainer.__qualname__}._compute_loss wrapped; torch.where (temperature selection) and "
+               "torch.sigmoid (gate argument tau*(r-1)) recorded while it runs",
         "r_tolerance": R_TOLERANCE,
         "paper_setting_source": PAPER_SETTING_SOURCE,
         "settings": {},
     }
-    for name in SETTINGS:
-        result = run_setting(name, model_dir, work_dir)
-        configured = SETTINGS[name]
+    for setting in SETTINGS:
+        result = run_setting(setting, model_dir, work_dir, trainer_class=trainer_class, config_class=config_class)
+        configured = SETTINGS[setting]
         result["problems"] = reach_problems(result, configured["sapo_temperature_pos"], configured["sapo_temperature_neg"])
         result["tau_reached"] = not result["problems"]
-        section["settings"][name] = result
+        section["settings"][setting] = result
     return section
 
 

@@ -61,3 +61,12 @@ def test_verl_example_overrides_never_reach_the_loss(data):
     assert not s["policy_loss_without_plus"]["composed"]
     assert s["actor_fields"]["tau_reached"]
     assert s["actor_fields"]["loss_tau_seen"] == {"tau_pos": [1.3], "tau_neg": [1.7]}
+
+
+def test_axolotl_temperatures_reached_and_its_paper_setting_is_on_policy(data):
+    section = data["axolotl"]
+    assert section["trainer"].endswith("AsyncGRPOTrainer")
+    assert section["settings"]["configured"]["tau_reached"]
+    assert section["settings"]["configured"]["steps"][1]["share_r_ne_1"] > 0
+    paper = section["settings"]["paper"]
+    assert paper["tau_reached"] and paper["one_update_per_rollout"] and paper["share_r_ne_1"] == 0.0
