@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "79cf8f3e50b98d00d6db8d41d243e66affe5315d5f34a73496ca68b384b69446"
+MANIFEST_SHA256 = "825065c852b05a808c4fdd3570d265e246c44e8d296112d86f3a8e3823436a4e"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
