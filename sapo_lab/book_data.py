@@ -55,7 +55,8 @@ _CONFIRMATORY = ("confirm_addition", "confirm_scratchpad")
 # experiments/ comes with every chapter: results_root() recognises a data root by it.
 CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_reading_map": tuple(p for name in _CONFIRMATORY for p in _metadata(name)),
-    "10c_conformance_audit": ("results/conformance/matrix.json",),
+    "10c_conformance_audit": ("results/conformance/matrix.json",
+                              "results/conformance/settings_reach.json"),
     "11a_training_the_gpt2": _study("main_comparison"),
     "12_reading_the_evidence": tuple(p for name in _EVIDENCE for p in _study(name)),
     "13_limitations_reproducibility": (*_study("main_comparison"), *_study("cost_of_conservatism"),
