@@ -18,6 +18,17 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 
+@pytest.fixture(autouse=True)
+def default_dtype_is_left_as_found():
+    """Fails the test that leaves torch's default dtype changed: a float64 default left behind makes every
+    later test in the same worker build float64 models, and the failures then show up far from the cause."""
+    before = torch.get_default_dtype()
+    yield
+    after = torch.get_default_dtype()
+    torch.set_default_dtype(before)
+    assert after == before, f"the test left torch's default dtype at {after} (it was {before})"
+
+
 @pytest.fixture
 def float64_by_default():
     previous = torch.get_default_dtype()

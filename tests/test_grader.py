@@ -94,10 +94,10 @@ def test_an_unlisted_mistake_fails_without_a_wrong_name(tmp_path):
 def test_the_frozen_outputs_are_what_the_generator_writes(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("make_expected", ROOT / "assignment" / "make_expected.py")
     gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    monkeypatch.setattr(gen, "OUT", tmp_path / "expected.json")
-    previous = torch.get_default_dtype()
+    previous = torch.get_default_dtype()  # the generator sets float64 when it is imported
     try:
+        spec.loader.exec_module(gen)
+        monkeypatch.setattr(gen, "OUT", tmp_path / "expected.json")
         assert gen.main() == 0
     finally:
         torch.set_default_dtype(previous)
@@ -151,3 +151,4 @@ def test_the_training_part_trains_with_the_students_loss(monkeypatch):
     monkeypatch.setattr(module, "sapo_loss", broken)
     result, _ = grader.train_part(module, "micro", MICRO, min_gain=-1.0, reward_fn=parity_reward)
     assert result.earned == 0 and result.note.startswith("training failed: RuntimeError: shape mismatch")
+
