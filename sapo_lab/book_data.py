@@ -121,6 +121,7 @@ def select(manifest: dict[str, tuple[str, int]], patterns) -> list[str]:
 
 
 def sha256_file(path: Path) -> str:
+    """The SHA-256 hex digest of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

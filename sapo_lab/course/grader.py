@@ -83,6 +83,7 @@ def observe(part: str, fn, kwargs: dict) -> dict:
 
 
 def close(a, b) -> bool:
+    """Whether two recorded outputs (numbers, lists, dicts of them, or None) agree within the grader's tolerance."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, dict):
@@ -96,6 +97,8 @@ def close(a, b) -> bool:
 
 @dataclass
 class PartResult:
+    """One graded part: its points, the points earned, and a note (the mistake named, or why it failed)."""
+
     part: str
     points: int
     earned: int
@@ -105,6 +108,8 @@ class PartResult:
 
 @dataclass
 class Report:
+    """Every part's result, in the handout's order."""
+
     parts: list[PartResult] = field(default_factory=list)
 
     @property
@@ -157,10 +162,12 @@ def load_module(path: str):
 
 
 def expected_outputs(path: Path = EXPECTED) -> dict:
+    """The frozen inputs, expected outputs and known mistakes' outputs of every part (assignment/expected.json)."""
     return json.loads(path.read_text())["parts"]
 
 
 def grade_part(module, part: str, cases: list[dict]) -> PartResult:
+    """Grade one function of the student's module on its frozen cases; name the known mistake it reproduces."""
     points = PARTS[part][0]
     fn = getattr(module, part, None)
     if not callable(fn):
@@ -197,6 +204,7 @@ def _diagnose(part, points, cases, failing) -> PartResult:
 
 
 def grade(module, expected: dict | None = None) -> Report:
+    """Grade every part of the student's module (the training part is separate: ``train_part``)."""
     expected = expected or expected_outputs()
     return Report([grade_part(module, part, expected[part]) for part in PARTS])
 
