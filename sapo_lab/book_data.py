@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "825065c852b05a808c4fdd3570d265e246c44e8d296112d86f3a8e3823436a4e"
+MANIFEST_SHA256 = "1d28700c8e3634a692893483dd90c1281143a0a5388347ecab04adefe2d84324"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
