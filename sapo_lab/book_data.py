@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "1d28700c8e3634a692893483dd90c1281143a0a5388347ecab04adefe2d84324"
+MANIFEST_SHA256 = "fa2635e4928ebf3b6681fddf9700128a942f95031e0c19ca5448f0a447273f96"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
