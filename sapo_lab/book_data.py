@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "fa2635e4928ebf3b6681fddf9700128a942f95031e0c19ca5448f0a447273f96"
+MANIFEST_SHA256 = "7c3f04102507dcbbb16f1af91e192004c501903e88e45033defa6c3cff865b72"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
