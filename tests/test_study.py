@@ -179,3 +179,17 @@ def test_declared_studies_resolve():
         assert all(r["config"].max_train_time_s == 0 for r in runs)  # no hidden wall-clock cut-off
         resolved += 1
     assert resolved >= 1
+
+
+def test_a_run_folder_without_its_config_is_a_one_line_error(tmp_path):
+    """A run folder that holds a result or checkpoint but lost config.json (a process killed while its folder
+    was being removed) cannot be compared with the declaration: the runner says so in one line instead of
+    raising FileNotFoundError from deep inside."""
+    from sapo_lab.runs.config import load_config
+    from sapo_lab.studies.runner import _same_config
+
+    run_dir = tmp_path / "gspo_seed10"
+    (run_dir / "checkpoints" / "step-000010").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no config.json") as info:
+        _same_config(str(run_dir), load_config("cpu-tiny"))
+    assert "\n" not in str(info.value)

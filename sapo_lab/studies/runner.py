@@ -47,7 +47,11 @@ def run_status(run_dir: str) -> str:
 
 def _same_config(run_dir: str, cfg) -> bool:
     """The run's saved config is ``cfg``'s run (where the cold-start cache lives does not count)."""
-    return same_run(StudyRunFolder(run_dir).read_config(), cfg.to_dict())
+    folder = StudyRunFolder(run_dir)
+    if not os.path.isfile(folder.config):
+        raise ValueError(f"{run_dir} holds a checkpoint or a result but no config.json, so it cannot be "
+                         "resumed or trusted: remove the folder and run the study again")
+    return same_run(folder.read_config(), cfg.to_dict())
 
 
 def _snapshot_callback(run_dir: str, every, user_callback):
