@@ -677,7 +677,7 @@ PLANT_EQUATION = r"""
 const done = arguments[arguments.length - 1];
 const box = document.createElement('div');
 box.className = 'math notranslate nohighlight';
-box.textContent = '\\[' + Array.from({length: 40}, (_, i) => 'x_{' + i + '}').join('+') + '=\\mathrm{planted}\\]';
+box.textContent = '\\[\\mathrm{planted}=' + Array.from({length: 40}, (_, i) => 'x_{' + i + '}').join('+') + '\\]';
 document.querySelector('article.bd-article section').appendChild(box);
 MathJax.typesetPromise([box]).then(() => done('ok'), e => done('MathJax: ' + e));
 """
