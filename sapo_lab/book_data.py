@@ -30,7 +30,7 @@ from pathlib import Path
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "e193d796c549ba12bc252c3ce01c65677183166f1ef1407265107112d2d17f95"
+MANIFEST_SHA256 = "84cc22b9e0ff8c7e679689f8122c2026a8f17e917dabfe1c23d8204e8ab6859f"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
