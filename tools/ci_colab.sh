@@ -49,8 +49,19 @@ run_chapter() {  # run_chapter PATH/X.ipynb: execute a copy alone in an empty fo
     mkdir -p "$dir"
     cp "$1" "$dir/"
     start=$(date +%s)
-    if (cd "$dir" && SAPO_LAB_CACHE=$dir/cache "$ROOT/$VENV/bin/jupyter" nbconvert --to notebook --execute \
-            --ExecutePreprocessor.timeout=900 --output executed.ipynb "$name.ipynb") > "$dir/log" 2>&1; then
+    # A kernel that stops answering (seen once: an idle kernel, no cell running) is given up after 240 s
+    # and the chapter is run once more from its empty folder; no chapter's cell takes a minute here.
+    local attempt ok=1
+    for attempt in 1 2; do
+        if (cd "$dir" && SAPO_LAB_CACHE=$dir/cache "$ROOT/$VENV/bin/jupyter" nbconvert --to notebook \
+                --execute --ExecutePreprocessor.timeout=240 --output executed.ipynb "$name.ipynb") \
+                > "$dir/log" 2>&1; then
+            ok=0; break
+        fi
+        echo "retrying $name (attempt $attempt failed after $(( $(date +%s) - start )) s)"
+        rm -rf "$dir/cache" "$dir/executed.ipynb"
+    done
+    if [ "$ok" = 0 ]; then
         # a data chapter must have fetched into its own cache, not found a checkout above it
         if grep -q 'chapter_data(' "$dir/$name.ipynb" \
                 && ! grep -q 'verified against book_data.sha256' "$dir/executed.ipynb"; then
