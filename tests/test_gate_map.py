@@ -1,0 +1,93 @@
+"""The gate map's reading: which GRPO run each SAPO cell is paired with, when a cell counts, and its sentences."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sapo_lab.studies import gate_map
+from sapo_lab.studies.gate_map import Cell, Setting, declared_answers, map_cells, method_settings, where_the_gate_stands
+from sapo_lab.studies.paired import compare
+from sapo_lab.studies.spec import load_declaration
+
+ROOT = Path(__file__).resolve().parents[1]
+DECLARATION = load_declaration(str(ROOT / "experiments" / "gate_map.json"))
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return method_settings(DECLARATION)
+
+
+def _study(declaration=DECLARATION):
+    return SimpleNamespace(name="gate_map", declaration=declaration, runs=[])
+
+
+def _fake_pairs(monkeypatch, seeds, value):
+    """pairs_in_study answering from ``value(method, reference, seed) -> (m, r)`` for ``seeds``."""
+
+    def pairs(study, method, reference, cell=None):
+        return [SimpleNamespace(seed=s, method=(method, reference, s, 0), reference=(method, reference, s, 1)) for s in seeds]
+
+    monkeypatch.setattr(gate_map, "pairs_in_study", pairs)
+    monkeypatch.setattr(gate_map, "endpoint_value", lambda run, metric: value(*run[:3])[run[3]])
+
+
+def test_settings_read_the_declared_factors(settings):
+    s = settings["sapo_tau_x8.81_lr5e-5_M2"]
+    assert (s.loss_type, s.tau_pos, s.tau_neg, s.learning_rate, s.staleness) == ("sapo", 8.81, 9.25, 5e-5, 2)
+    assert settings["sapo_lr2e-4_M8"].tau_pos == 1.0  # the paper's default, not a declared override
+    assert abs(settings["sapo_tau_x8.81_lr2e-4_M8"].half_width - 0.2) < 1e-3  # as tight as the clip's epsilon
+    assert settings["grpo_lr2e-4_M8"].half_width is None
+
+
+def test_each_sapo_cell_is_paired_with_grpo_at_its_own_rate_and_staleness(monkeypatch, settings):
+    # the gap encodes whether the reference matched: a cell paired with another M's GRPO reads -1
+    def value(method, reference, seed):
+        m, r = settings[method], settings[reference]
+        same = (m.learning_rate, m.staleness) == (r.learning_rate, r.staleness) and r.loss_type == "grpo"
+        return (0.5 + 0.01 * (seed % 3), 0.5) if same else (0.0, 1.0)
+
+    _fake_pairs(monkeypatch, DECLARATION["seeds"], value)
+    cells = map_cells(_study(), settings)
+    assert len(cells) == 36  # 3 temperatures x 3 rates x 4 M
+    assert all(c.comparison is not None and c.comparison.mean > 0 for c in cells)
+    asked = {c.sapo.method for c in cells if c.in_declared_question}
+    assert asked == {"sapo_tau_x8.81_lr2e-4_M8", "sapo_tau_x3_lr2e-4_M8", "sapo_lr5e-5_M8", "sapo_lr1e-4_M8"} | {
+        f"sapo_lr2e-4_M{m}" for m in (2, 4, 8, 16)
+    }
+
+
+def test_a_cell_waits_for_every_declared_seed(monkeypatch, settings):
+    _fake_pairs(monkeypatch, DECLARATION["seeds"][:-1], lambda m, r, s: (0.6, 0.5 + 0.01 * s))
+    cells = map_cells(_study(), settings)
+    assert all(c.comparison is None and c.finished_pairs == 9 for c in cells)
+    assert "No cell of the map is complete" in where_the_gate_stands(cells).sentence()
+
+
+def _cell(gaps, tau=1.0):
+    s = Setting("sapo_x", "sapo", tau, tau * 1.05, 2e-4, 8)
+    g = Setting("grpo_x", "grpo", 1.0, 1.05, 2e-4, 8)
+    cmp = compare({i: (0.5 + d, 0.5) for i, d in enumerate(gaps)}, "sapo_x", "grpo_x")
+    return Cell(s, g, len(gaps), len(gaps), False, cmp)
+
+
+def test_verdicts_follow_the_interval_not_the_mean():
+    above = _cell([0.05, 0.06, 0.04, 0.05, 0.07])
+    below = _cell([-0.05, -0.06, -0.04, -0.05, -0.07])
+    wide = _cell([0.3, -0.2, 0.25, -0.25, 0.1])  # mean above zero, interval across it
+    assert (above.verdict, below.verdict, wide.verdict) == ("helps", "hurts", "no difference")
+    standing = where_the_gate_stands([above, below, wide])
+    text = standing.sentence()
+    assert "above zero, in 1 (" in text and "below zero, in 1 (" in text and "holds zero in 1 (" in text
+    assert "5 paired seeds" in text  # the seeds come from the cells, not from the prose
+
+
+def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):
+    cmp = compare({i: (0.4 + 0.01 * i, 0.5) for i in range(10)}, "sapo_tau_x3_lr2e-4_M8", "grpo_lr2e-4_M8")
+    entry = {"id": "G2", "family": "tight_gate", "status": "complete", "comparison": cmp, "p": 0.001,
+             "p_adjusted": 0.08, "reject": False}
+    monkeypatch.setattr(gate_map, "declared_results", lambda study: [entry])
+    (line,) = [a["line"] for a in declared_answers(_study())]
+    assert "Holm-adjusted p = 0.08" in line and "does not reach" in line  # raw p alone would have said "reaches"
+    assert gate_map.interval_text(cmp) in line
