@@ -15,8 +15,10 @@ try:
     f = framework(sys.argv[1])
 except ValueError as e:
     sys.exit(f'error: {e}')
-print(f.venv, f.requirements, int(f.layered))" "$KEY")
-read -r VENV REQ LAYERED <<< "$spec"
+print(f.venv, f.requirements, int(f.layered), f.build_script or '-')" "$KEY")
+read -r VENV REQ LAYERED SCRIPT <<< "$spec"
+# An environment with its own recipe (built over another environment, or from a pinned source tree)
+if [ "$SCRIPT" != "-" ]; then exec bash "$SCRIPT"; fi
 quiet() { grep -v "^WARNING: Location" || true; }  # pip's notes on this machine's empty local indexes
 
 record() {  # record VENV SECONDS

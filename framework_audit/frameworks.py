@@ -17,6 +17,8 @@ class Framework:
     requirements: str  # repository-relative
     venv: str  # repository-relative
     layered: bool = True  # reads torch from framework_audit/.venv-torch (build_env.sh) instead of its own copy
+    build_script: str = ""  # repository-relative; build_env.sh hands the build to it (an environment built otherwise)
+    commit: str = ""  # a framework installed from its repository at this commit (``version`` is its short form)
 
     @property
     def label(self) -> str:
@@ -37,6 +39,12 @@ FRAMEWORKS = (
     _own("skyrl_train", "skyrl-train", "0.3.1"),
     _own("liger_kernel", "liger-kernel", "0.8.5"),
     _own("trinity_rft", "trinity-rft", "0.6.0"),
+    # Axolotl's environment is TRL's with Axolotl's pins over it (build_axolotl.sh), torch from TRL's.
+    Framework("axolotl", "axolotl", "0.21.0", "framework_audit/requirements-axolotl.txt", "framework_audit/.venv-axolotl",
+              layered=False, build_script="framework_audit/build_axolotl.sh"),
+    # EasyR1 is on no package index: installed from its repository's pinned commit (build_easyr1.sh).
+    Framework("easyr1", "EasyR1", "b44b311", "framework_audit/requirements-easyr1.txt", "framework_audit/.venv-easyr1",
+              build_script="framework_audit/build_easyr1.sh", commit="b44b311b669bf1fd1aa2fc36f2251482ba33cb16"),
 )
 
 BY_KEY = {f.key: f for f in FRAMEWORKS}

@@ -60,6 +60,19 @@ def installed_versions(names: list[str]) -> dict:
     return out
 
 
+def installed_commit(fw) -> dict:
+    """For a framework installed from its repository: the commit its build recorded, and the version its
+    distribution declares (EasyR1's is named ``verl``)."""
+    if not fw.commit:
+        return {}
+    stamp = ROOT / fw.venv / ".commit"
+    out = {fw.package: stamp.read_text().strip() if stamp.exists() else "not recorded"}
+    for dist in importlib.metadata.distributions():
+        if (dist.read_text("direct_url.json") or "").find('"url": "file://') >= 0:
+            out[dist.metadata["Name"]] = dist.version
+    return out
+
+
 def engine_fingerprint() -> str:
     """A hash of the audit's code (sapo_lab/conformance/*.py but the package's re-exports and the command
     line, which measure nothing), docstrings and comments aside: results from another version of the audit
@@ -160,7 +173,7 @@ def run(key: str) -> dict:
         "engine": engine_fingerprint(),
         "command": f"{Path(sys.executable).relative_to(ROOT) if sys.executable.startswith(str(ROOT)) else 'python'}"
                    f" -m framework_audit.run {key}",
-        "versions": installed_versions(pinned_packages(ROOT / fw.requirements)),
+        "versions": {**installed_versions(pinned_packages(ROOT / fw.requirements)), **installed_commit(fw)},
         "environment": {**env_build(ROOT / fw.venv), "import_seconds": import_seconds,
                         **({"torch_base": env_build(ROOT / TORCH_BASE)} if fw.layered else {})},
         "sources": sources(adapter),
