@@ -14,12 +14,9 @@ A row holds ``step`` and keys ``NAMESPACE/name`` (the cleanrl convention, e.g. `
 * ``eval/``     dev Pass@1, ``null`` between measurements.
 * ``tokseq/``   the token- versus sequence-level gradient comparison, on the steps that made one.
 
-Rows written before the namespaces had flat names. :func:`migrate_row` renames such a row (two of its
-keys carried a second meaning, see below); :func:`canonical` resolves a flat name typed in a study
-declaration (``"dev_pass1"``, ``"entropy"``) to its key. Flat ``entropy`` was the token-mean entropy
-recomputed in float32 next to ``entropy_mean`` (the same mean in float64): only the latter is kept.
-Flat ``empty_responses`` was overwritten by the count over the trained minibatches, so an old row's
-value becomes ``losses/empty_responses`` and ``rollout/empty_responses`` is rebuilt from the lengths.
+A study declaration may name a metric without its namespace (``"dev_pass1"``, ``"entropy"``, as the
+committed declarations do): :func:`canonical` resolves such a flat name to its key. Flat ``entropy``
+means the token-mean entropy, ``rollout/entropy_mean``.
 """
 
 from __future__ import annotations
@@ -33,8 +30,8 @@ ELAPSED_S = "time/elapsed_s"
 DEV_EVAL_S = "time/dev_eval_s"
 TOKENS_GENERATED_TOTAL = "counters/tokens_generated"
 
-# Flat names of rows written before the namespaces, by namespace (the ``ratio_`` and ``total_``
-# prefixes and the ``tokseq_`` one are dropped inside their namespace).
+# Flat metric names, by namespace (the ``ratio_`` and ``total_`` prefixes and the ``tokseq_`` one
+# are dropped inside their namespace).
 _ROLLOUT = ("reward_mean", "reasons", "tokens_generated", "truncated_frac")
 _ROLLOUT_PREFIXES = ("adv_", "zero_advantage_", "response_length_", "entropy_")
 _OPTIM = ("lr", "grad_norm", "grad_norm_max", "tokens_trained")
@@ -42,8 +39,7 @@ _TIME = ("step_s", "elapsed_s", "dev_eval_s", "diagnostics_s", "non_model_frac")
 _LOSSES = ("loss", "approx_kl", "clip_frac", "kl_ref", "empty_responses")
 _LOSSES_PREFIXES = ("coef_q", "signal_removed_frac", "signal_share_")
 _RATIO = ("max_abs_log_ratio", "beyond_max_log_ratio")
-_DROPPED = frozenset({"entropy"})  # a float32 duplicate of entropy_mean
-_ALIASES = {"entropy": "rollout/entropy_mean"}  # what a declaration's flat name meant
+_ALIASES = {"entropy": "rollout/entropy_mean"}  # what a declaration's flat name means
 
 
 def under(namespace: str, values: dict, *, strip: str = "") -> dict:
@@ -54,7 +50,7 @@ def under(namespace: str, values: dict, *, strip: str = "") -> dict:
 
 
 def _flat_to_key(flat: str) -> str | None:
-    """The namespaced key of a flat name, ``None`` for a name no row ever had."""
+    """The namespaced key of a flat metric name, ``None`` for a name that is no metric."""
     if flat == STEP:
         return STEP
     if flat in _ROLLOUT or flat.startswith(_ROLLOUT_PREFIXES):
@@ -92,32 +88,3 @@ def canonical(name: str) -> str:
                          f"(namespaces: {', '.join(NAMESPACES)})")
     return key
 
-
-def _is_flat_name(key: str) -> bool:
-    return key in _DROPPED or "/" not in key and _flat_to_key(key) not in (None, STEP)
-
-
-def is_flat(row: dict) -> bool:
-    """Whether ``row`` was written before the namespaces (it has a flat name the trainer used to write)."""
-    return any(_is_flat_name(k) for k in row)
-
-
-def migrate_row(row: dict) -> dict:
-    """A row written with flat names, renamed to the namespaced keys (a namespaced row is returned as it is).
-
-    Key order is kept, and a key the trainer never wrote (one a user's code added) stays as it
-    is. ``entropy`` is dropped (see the module docstring); the rollout's ``empty_responses``,
-    which such rows did not keep, is 0 exactly when the shortest response has a token, and a
-    row where it could be non-zero is refused rather than guessed.
-    """
-    if not is_flat(row):
-        return row
-    out = {}
-    for name, value in row.items():
-        if name not in _DROPPED:
-            out[_flat_to_key(name) if _is_flat_name(name) else name] = value
-    if "response_length_min" in row:
-        if row["response_length_min"] == 0:
-            raise ValueError(f"metrics row of step {row.get(STEP)}: an empty response; its rollout count is not recorded")
-        out["rollout/empty_responses"] = 0
-    return out

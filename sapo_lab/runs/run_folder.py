@@ -37,7 +37,6 @@ import re
 from dataclasses import dataclass, field
 
 from .durable import TMP_SUFFIX, append_line, atomic_write, write_json
-from .metric_names import is_flat, migrate_row
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -139,12 +138,6 @@ def read_metrics(path: str) -> MetricsLog:
         if previous is not None and step <= previous:
             raise RunDirError(f"{path} line {i + 1}: step {step} after step {previous} (steps must be increasing integers)")
         previous = step
-        if is_flat(row):  # written before the metric namespaces: read (and rewritten) under today's keys
-            try:
-                row = migrate_row(row)
-            except ValueError as exc:
-                raise RunDirError(f"{path} line {i + 1}: {exc}") from None
-            line = json.dumps(row)
         log.rows.append(row)
         log.lines.append(line + "\n")
     return log
