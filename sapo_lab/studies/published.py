@@ -15,6 +15,7 @@ class OperatingPoint:
     """One published SAPO run beside one GRPO run."""
 
     source: str  # bibliography key
+    label: str  # how a table names it
     where: str  # table or file in the source
     model: str
     task: str
@@ -38,6 +39,7 @@ class OperatingPoint:
 POINTS = (
     OperatingPoint(
         source="fu2026maspo",
+        label="MASPO (Fu et al., 2026)",
         where="main results, 7B",
         model="7B dense",
         task="mathematics (AIME, AMC, MATH500, Minerva, OlympiadBench)",
@@ -49,6 +51,7 @@ POINTS = (
     ),
     OperatingPoint(
         source="zheng2025easyr1",
+        label="EasyR1 baselines (2025)",
         where="assets/baselines.md at commit b44b311 (v0.3.2 runs)",
         model="Qwen2.5-VL-7B-Instruct",
         task="Geometry3k",
@@ -60,6 +63,7 @@ POINTS = (
     ),
     OperatingPoint(
         source="shen2026vespo",
+        label="VESPO (Shen et al., 2026)",
         where="staleness experiments",
         model="dense and MoE models",
         task="mathematics",
