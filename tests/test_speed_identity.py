@@ -15,7 +15,8 @@ import torch
 from _batches import random_batch
 
 from sapo_lab import mask_from_lengths
-from sapo_lab.objective.losses import policy_loss, quantile_stats, signal_removed_split
+from sapo_lab.objective.fast_paths import quantile_stats
+from sapo_lab.objective.losses import policy_loss, signal_removed_split
 from sapo_lab.objective.registry import kernel_for
 from sapo_lab.tasks import Problem
 from sapo_lab.training.rollout import MiniBatch, score_completions

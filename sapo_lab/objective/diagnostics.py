@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import torch
 
+from .fast_paths import mask_positions, quantile_stats, take
 from .gates import gate_weight, token_temperatures
-from .losses import mask_positions, policy_loss, quantile_stats, take
+from .losses import policy_loss
 from .masks import aggregation_weights, check_mask
 from .registry import kernel_for
 

@@ -14,17 +14,20 @@ SAPO's surrogate is the centred gate ``(4/tau)[sigmoid(tau(r-1)) - 1/2]`` with
 ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` where ``A <= 0``. Its gradient in
 ``z`` is ``r * w_tau(r)``, evaluated in log space so that a stale token whose ratio
 overflows gets the exact coefficient 0 rather than ``0 * inf = NaN``.
+
+What is there only for speed (the remembered settings check, finiteness from one sum, gathers
+in place of boolean indexing, quantiles from one sort) is in :mod:`sapo_lab.objective.fast_paths`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
 
 from ..errors import NonFiniteError
 from .choices import MAX_LOG_RATIO_POLICIES
+from .fast_paths import check_settings, finite_by_sum, mask_positions, quantile_stats, take
 from .masks import AGGREGATIONS, aggregation_weights, check_mask
 from .registry import IMPORTANCE_SAMPLING_LEVELS, kernel_for, resolved_level
 from .registry import LOSS_TYPES as LOSS_TYPES  # re-exported: sapo_lab.LOSS_TYPES and the book import it from here
@@ -42,25 +45,6 @@ class PolicyLossOutput:
     stats: dict = field(default_factory=dict)
     token_loss: torch.Tensor | None = None
     token_weight: torch.Tensor | None = None
-
-
-def _check_settings(kernel, settings: list) -> None:
-    """``kernel.check(*settings)``, remembered for plain numbers that passed: the trainer asks the same every step."""
-    if all(type(v) in (float, int) for v in settings):
-        _checked_numbers(kernel.name, tuple(settings))
-    else:
-        kernel.check(*settings)
-
-
-@functools.lru_cache(maxsize=64)
-def _checked_numbers(loss_type: str, settings: tuple) -> None:
-    kernel_for(loss_type).check(*settings)  # raises for bad settings, and a raise is not cached
-
-
-def _all_finite(t: torch.Tensor) -> bool:
-    """True when every entry is finite, decided from the sum: one NaN or inf makes it non-finite. False can also
-    mean a sum that overflowed, so the caller then checks entry by entry."""
-    return bool(torch.isfinite(t.detach().sum()))
 
 
 def _check_inputs(logp, behavior_logp, advantages, mask):
@@ -86,51 +70,15 @@ def _check_inputs(logp, behavior_logp, advantages, mask):
     if not bool(m.any()):
         raise ValueError("mask selects no valid token: every response is empty")
     for name, t in (("logp", logp), ("behavior_logp", behavior_logp)):
-        if _all_finite(t):
+        if finite_by_sum(t):
             continue
         bad = m & ~torch.isfinite(t.detach())
         if bool(bad.any()):
             where = [tuple(int(i) for i in idx) for idx in bad.nonzero()[:5]]
             raise NonFiniteError(f"{name} is NaN or infinite at valid (response, token) positions {where}")
-    if not _all_finite(advantages) and not bool(torch.isfinite(advantages.detach()).all()):
+    if not finite_by_sum(advantages) and not bool(torch.isfinite(advantages.detach()).all()):
         raise NonFiniteError("advantages contain NaN or inf")
     return m
-
-
-def quantile_stats(values: torch.Tensor, prefix: str, quantiles=(0.05, 0.5, 0.95), empty=float("nan")) -> dict:
-    """``{PREFIX_qNN: quantile}`` of a 1-D tensor, computed in float64; ``empty`` for every key when it has no values.
-
-    The values are those of ``torch.quantile`` (linear interpolation), bit for bit: see :func:`sorted_quantiles`.
-    """
-    keys = [f"{prefix}_q{round(q * 100):02d}" for q in quantiles]
-    if values.numel() == 0:
-        return dict.fromkeys(keys, empty)
-    ordered = values.detach().double().flatten().sort().values
-    return dict(zip(keys, sorted_quantiles(ordered, tuple(quantiles)), strict=True))
-
-
-def sorted_quantiles(ordered: torch.Tensor, quantiles: tuple) -> list[float]:
-    """``torch.quantile(values, quantiles).tolist()`` for the ascending sort ``ordered`` of ``values`` (1-D, non-empty).
-
-    The same operations as torch's linear interpolation (rank q (n - 1), gather below and
-    above, ``lerp_`` by the rank's fraction), with the ranks cached per (n, quantiles) and
-    without the argument checks: one sort and a few small kernels instead of a dozen.
-    Any NaN sorts last and makes every quantile NaN, as in torch, which is what the rare
-    NaN case delegates to.
-    """
-    if bool(ordered[-1].isnan()):
-        q = torch.tensor(quantiles, dtype=ordered.dtype, device=ordered.device)
-        return torch.quantile(ordered, q).tolist()
-    below, above, fraction = _quantile_ranks(ordered.numel(), quantiles, ordered.dtype, ordered.device)
-    return ordered.gather(-1, below).lerp_(ordered.gather(-1, above), fraction).tolist()
-
-
-@functools.lru_cache(maxsize=512)
-def _quantile_ranks(n: int, quantiles: tuple, dtype, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Indices below and above each quantile's rank q (n - 1) in a sorted tensor of ``n``, and the rank's fraction."""
-    ranks = torch.tensor(quantiles, dtype=dtype, device=device) * (n - 1)
-    below = ranks.to(torch.long)
-    return below, ranks.ceil().to(torch.long), ranks - below
 
 
 def policy_loss(
@@ -196,7 +144,7 @@ def policy_loss(
         raise ValueError(f"max_log_ratio must be > 0, got {max_log_ratio!r}")
     given = {"tau_pos": tau_pos, "tau_neg": tau_neg, "clip_eps_low": clip_eps_low, "clip_eps_high": clip_eps_high}
     settings = [given[name] for name in kernel.reads]
-    _check_settings(kernel, settings)
+    check_settings(kernel, settings)
     valid = _check_inputs(logp, behavior_logp, advantages, mask)
 
     dtype = logp.dtype
@@ -251,16 +199,6 @@ def level_log_ratio(token_log_ratio: torch.Tensor, valid: torch.Tensor, level: s
     lengths = valid.sum(dim=-1).clamp(min=1).to(token_log_ratio.dtype)
     mean = token_log_ratio.sum(dim=-1) / lengths
     return torch.where(valid, mean[:, None].expand_as(token_log_ratio), torch.zeros_like(token_log_ratio))
-
-
-def mask_positions(mask: torch.Tensor) -> torch.Tensor:
-    """Row-major positions of a boolean mask's True entries: ``take(t, mask_positions(m))`` is ``t[m]``."""
-    return mask.reshape(-1).nonzero().squeeze(1)
-
-
-def take(t: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """The entries of ``t`` at row-major positions ``at`` (what boolean indexing gathers, without its nonzero)."""
-    return t.reshape(-1).index_select(0, at)
 
 
 def _loss_stats(token_z, z, a_tok, used, valid, lengths, weight, kernel, gate_state) -> dict:
