@@ -52,9 +52,9 @@ def _k(cfg) -> int:
 
 
 def per_device_batch_size(cfg, num_processes: int = 1) -> int:
-    """Responses per process per optimizer step: prompts_per_rollout * G / (K * processes).
+    """Responses per process per optimizer step: prompts_per_rollout * G / (M * processes).
 
-    sapo_lab splits one rollout batch into K minibatches, one optimizer step each; with
+    sapo_lab splits one rollout batch into M minibatches, one optimizer step each; with
     gradient_accumulation_steps = 1 TRL's optimizer step sees per_device * processes responses.
     """
     if num_processes < 1:
@@ -125,7 +125,7 @@ MAPPING: tuple[FieldMapping, ...] = (
                  "rollout steps x steps_per_generation (TRL counts optimizer steps)",
                  lambda cfg, n: {"max_steps": cfg.optimization.max_steps * _k(cfg)}),
     FieldMapping("optimization.steps_per_generation", "steps_per_generation", "mapped",
-                 "K: same, with num_iterations=1 and gradient_accumulation_steps=1 (see FIXED)",
+                 "M: same, with num_iterations=1 and gradient_accumulation_steps=1 (see FIXED)",
                  _same("steps_per_generation", "optimization")),
     FieldMapping("optimization.learning_rate", "learning_rate", "mapped", "same", _same("learning_rate", "optimization")),
     FieldMapping("optimization.lr_scheduler_type", "lr_scheduler_type", "mapped", "same names",
@@ -178,7 +178,7 @@ MAPPING: tuple[FieldMapping, ...] = (
 
 # GRPOConfig settings that sapo_lab's algorithm implies (TRL's defaults differ for some).
 FIXED: dict = {
-    "num_iterations": 1,  # each response is trained in exactly one of the K minibatches
+    "num_iterations": 1,  # each response is trained in exactly one of the M minibatches
     "gradient_accumulation_steps": 1,  # one minibatch = one optimizer step, as in sapo_lab
     "scale_rewards": "group",  # group-relative advantages (see DIFFERENCES for the std)
     "top_k": 0,  # plain sampling at `temperature`, as sapo_lab's rollout

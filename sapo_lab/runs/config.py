@@ -112,11 +112,11 @@ class RolloutConfig:
 
 @dataclass(config=_SECTION)
 class OptimizationConfig:
-    """The K minibatch updates per rollout batch (Algorithm 2) and the optimizer."""
+    """The M minibatch updates per rollout batch (Algorithm 2) and the optimizer."""
 
     max_steps: Annotated[Int, Field(ge=0)] = Field(600, description=(
         "rollout steps; each makes steps_per_generation optimizer steps"))
-    steps_per_generation: Int = Field(4, description="K update minibatches per rollout batch (the paper's 4)")
+    steps_per_generation: Int = Field(4, description="M update minibatches per rollout batch (the paper's 4)")
     learning_rate: Annotated[Float, Field(gt=0)] = Field(2e-4, description="AdamW peak learning rate")
     lr_scheduler_type: Schedule = Field("constant_with_warmup", description="one of LR_SCHEDULES")
     warmup_steps: Annotated[Int, Field(ge=0)] = Field(10, description="optimizer steps")

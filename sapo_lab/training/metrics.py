@@ -32,7 +32,7 @@ AVERAGED_STATS = (
 def pooled_ratio_quantiles(updates: list[UpdateResult], tau_pos: float, tau_neg: float) -> dict:
     """Quantiles of r and r w(r) over every token the step's updates trained, as each update saw it.
 
-    Pooling the K minibatches (not averaging their quantiles) keeps the tails of the stale
+    Pooling the M minibatches (not averaging their quantiles) keeps the tails of the stale
     minibatches, which are the ones that matter. ``None`` values when nothing was trained.
     """
     seen = [u for u in updates if u.log_ratio is not None]
@@ -63,7 +63,7 @@ def metrics_row(
     model_s: float,
     elapsed_s: float,
 ) -> dict:
-    """One metrics row from a rollout batch and its K minibatch updates (keys: :mod:`.metric_names`).
+    """One metrics row from a rollout batch and its M minibatch updates (keys: :mod:`.metric_names`).
 
     ``counters`` are the run's totals after this step; ``step_s`` the step's wall time and
     ``model_s`` the part of it spent in model work (sampling, forwards, backward, optimizer),

@@ -91,7 +91,7 @@ class RolloutBatch(Responses):
         return self.rewards.view(-1, self.num_generations)
 
     def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> list[MiniBatch]:
-        """Split the responses into K minibatches (shuffled when a generator is given).
+        """Split the responses into M minibatches (shuffled when a generator is given).
 
         Minibatch k is trained after k optimizer steps on the same rollout, so for k > 0
         the data is genuinely off-policy.

@@ -7,13 +7,13 @@ Each rollout step (:meth:`Trainer.train_step`):
    responses per prompt with their behavior log-probs (:mod:`sapo_lab.training.rollout`); the
    reward function (the task's verifier unless another is given) scores them and
    :func:`group_advantages` normalises rewards per group;
-2. the responses are shuffled into ``steps_per_generation`` (K) minibatches, and each
+2. the responses are shuffled into ``steps_per_generation`` (M) minibatches, and each
    makes one update (:mod:`sapo_lab.training.update`): teacher-forced current log-probs,
    :func:`policy_loss` with the configured ``loss_type``, one backward and one AdamW
    step. Minibatches after the first are therefore trained on data sampled by an older
    policy, as in the paper. On the steps it is asked for, the token- versus
    sequence-level gradient comparison is measured between the loss and the backward;
-3. :func:`sapo_lab.training.metrics.metrics_row` turns the batch and the K updates into one row.
+3. :func:`sapo_lab.training.metrics.metrics_row` turns the batch and the M updates into one row.
 
 Around the loop (:meth:`Trainer.train`): :meth:`Trainer.start` readies the run (:mod:`.lifecycle`: cold
 start or resume); after the last step the final model is evaluated and the summary written. One metrics
@@ -180,7 +180,7 @@ class Trainer:
     # ------------------------------------------------------------ one step
 
     def train_step(self) -> dict:
-        """One rollout step: collect a rollout and its advantages, make K minibatch updates, return the metrics row."""
+        """One rollout step: collect a rollout and its advantages, make M minibatch updates, return the metrics row."""
         self.start()
         t_start = time.perf_counter()
         timer = ModelTimer(self.device)  # model work; the rest of the step is bookkeeping

@@ -71,7 +71,7 @@ def seen_log_ratio(logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.
 
 def comparison_due(step: int, k: int, cfg) -> bool:
     """Whether minibatch ``k`` of rollout step ``step`` (1-based) measures the gradient comparison: every
-    ``gradient_comparison_every`` steps, on the last minibatch, the stalest (K - 1 optimizer steps old) and
+    ``gradient_comparison_every`` steps, on the last minibatch, the stalest (M - 1 optimizer steps old) and
     the one where token- and sequence-level gradients can differ at all (at r = 1 they coincide)."""
     every, last = cfg.evaluation.gradient_comparison_every, cfg.optimization.steps_per_generation - 1
     return every > 0 and step % every == 0 and k == last
