@@ -12,8 +12,9 @@ The source is :data:`REPOSITORY` (``_config.yml``'s ``repository.url``, tested t
 environment variable ``SAPO_LAB_REPOSITORY``: a URL, a local path or a ``file://`` URL. The files
 come by ``git``: a shallow clone without file contents (the commit and its trees, a few hundred
 kB), then one fetch per batch of the wanted files' blobs, so that a chapter downloads what it
-reads and a progress bar can follow the bytes. This module imports nothing else of sapo_lab, so
-``results_root()`` can ask it where the cache is.
+reads and a progress bar can follow the bytes. Of sapo_lab this module imports only the file digest
+of :mod:`sapo_lab.runs.manifest` (the standard library alone), so it loads before torch or pydantic
+are installed and ``results_root()`` can ask it where the cache is.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .runs.manifest import sha256_of
 
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
@@ -121,15 +124,6 @@ def select(manifest: dict[str, tuple[str, int]], patterns) -> list[str]:
     return sorted(p for p in manifest if any(fnmatch.fnmatchcase(p, pat) for pat in patterns))
 
 
-def sha256_file(path: Path) -> str:
-    """The SHA-256 hex digest of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _megabytes(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
@@ -151,7 +145,7 @@ def chapter_data(chapter: str, *, out=None) -> Path:
     cache = cache_root()
     manifest_path = cache / MANIFEST
     manifest = None
-    if manifest_path.is_file() and sha256_file(manifest_path) == MANIFEST_SHA256:
+    if manifest_path.is_file() and sha256_of(manifest_path) == MANIFEST_SHA256:
         manifest = parse_manifest(manifest_path.read_text())
         wanted = select(manifest, CHAPTERS[chapter] + ALWAYS)
         missing = [p for p in wanted if not _verified(cache / p, manifest[p])]
@@ -165,7 +159,7 @@ def chapter_data(chapter: str, *, out=None) -> Path:
 
 
 def _verified(path: Path, entry: tuple[str, int]) -> bool:
-    return path.is_file() and path.stat().st_size == entry[1] and sha256_file(path) == entry[0]
+    return path.is_file() and path.stat().st_size == entry[1] and sha256_of(path) == entry[0]
 
 
 def _git(args: list[str], cwd: Path, url: str, stdin: str | None = None) -> str:

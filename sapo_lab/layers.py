@@ -5,11 +5,13 @@ tasks with the standard library. ``runs`` owns what a run and a study leave on d
 run and study folders, checkpoints, metric names); ``training`` (the loop and the model)
 builds on it. ``viz`` imports ``runs`` only, for the plots' one ``metrics.jsonl`` reader
 (:mod:`sapo_lab.runs.run_folder`), and only ``viz.plots`` does, so the book's explorers
-(``viz.explore``) still load without torch. The leaves in ``SHARED`` (errors, the version)
-may be imported by every layer.
+(``viz.explore``) still load without torch. ``book_data`` (the committed files a chapter
+fetches) checks them with the manifest's file digest (``runs.manifest``, the standard library
+alone) and is read by ``studies``. The leaves in ``SHARED`` (errors, the version) may be
+imported by every layer.
 """
 
-SHARED = {"errors", "_version", "_lazy", "layers", "book_data"}
+SHARED = {"errors", "_version", "_lazy", "layers"}
 
 # layer -> the sapo_lab layers it may import (besides itself)
 ALLOWED = {
@@ -17,14 +19,14 @@ ALLOWED = {
     "_version": set(),
     "_lazy": set(),
     "layers": set(),
-    "book_data": set(),
     "objective": set(),
     "tasks": set(),
     "conformance": set(),
     "runs": {"objective", "tasks"},
+    "book_data": {"runs"},
     "viz": {"objective", "tasks", "runs"},
     "training": {"objective", "tasks", "runs"},
-    "studies": {"objective", "tasks", "runs", "training"},
+    "studies": {"objective", "tasks", "runs", "training", "book_data"},
     "integrations": {"objective", "tasks", "runs", "training"},
     "course": {"objective", "tasks", "runs", "training"},
     "cli": {"objective", "tasks", "runs", "training", "studies", "integrations", "conformance", "course"},

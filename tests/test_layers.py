@@ -106,6 +106,9 @@ def _copy_package(tmp_path):
         ("training/update.py", "from ..studies import paired", "training may not import studies"),
         ("runs/run_folder.py", "    from ..training.trainer import train", "runs may not import training"),
         ("runs/config.py", "from ..studies.results import Study", "runs may not import studies"),
+        ("book_data.py", "    from .training.model import build_model", "book_data may not import training"),
+        ("runs/manifest.py", "from ..book_data import cache_root", "runs may not import book_data"),
+        ("objective/losses.py", "    from ..book_data import cache_root", "objective may not import book_data"),
     ],
 )
 def test_a_planted_upward_import_is_reported(tmp_path, module, line, message):
@@ -114,6 +117,35 @@ def test_a_planted_upward_import_is_reported(tmp_path, module, line, message):
     body = f"def _planted():\n{line}\n" if line.startswith(" ") else f"{line}\n"
     path.write_text(path.read_text() + "\n" + body)
     assert any(message in v for v in violations(root))
+
+
+def test_book_data_takes_its_file_digest_from_the_manifest():
+    """The one SHA-256 of a file: book_data imports the manifest's (an allowed import, used)."""
+    import sapo_lab.book_data as book_data
+    from sapo_lab.runs import manifest
+
+    assert "sapo_lab.runs.manifest" in graph(PACKAGE)["sapo_lab.book_data"]
+    assert book_data.sha256_of is manifest.sha256_of
+
+
+def _heavy_after_importing_book_data(root: pathlib.Path) -> list[str]:
+    import subprocess
+    import sys
+
+    code = ("import sys, sapo_lab.book_data; "
+            "print(','.join(m for m in ('torch', 'pydantic', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=root.parent, capture_output=True, text=True)
+    return [m for m in out.stdout.strip().split(",") if m]
+
+
+def test_book_data_loads_without_torch_or_pydantic(tmp_path):
+    """A chapter's first cell imports sapo_lab.book_data to fetch its data: catches that import reaching torch or
+    pydantic (the runs package importing its config eagerly, say); the planted copy shows the check can fail."""
+    assert _heavy_after_importing_book_data(PACKAGE) == []
+    root = _copy_package(tmp_path)
+    init = root / "runs" / "__init__.py"
+    init.write_text(init.read_text() + "\nfrom . import config  # noqa\n")
+    assert "pydantic" in _heavy_after_importing_book_data(root)
 
 
 def test_a_planted_cycle_is_reported(tmp_path):

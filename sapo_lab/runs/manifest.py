@@ -16,7 +16,7 @@ from .durable import fsync_file, write_json
 MANIFEST = "manifest.json"
 
 
-def sha256_of(path: str) -> str:
+def sha256_of(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
