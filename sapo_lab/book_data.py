@@ -69,7 +69,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "14b_instability_and_tuning": tuple(p for name in _EVIDENCE for p in _study(name)),
     "15_follow_up_experiment": tuple(p for name in ("main_comparison", "staleness", "staleness_long",
                                                     "equal_search_budget") for p in _study(name)),
-    "15b_gate_map": _study("gate_map"),
+    "15b_gate_map": _metadata("gate_map"),
     "16_conclusion": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)),
     "appendix_provenance": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _metadata(name)),
 }
