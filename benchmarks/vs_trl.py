@@ -4,7 +4,7 @@ Two tasks: ``addition`` (the cpu-tiny preset: 5-token answers) and ``scratchpad`
 (``scratchpad_addition``, 22 answer tokens + EOS, ``rollout.max_completion_length=23``).
 For each, both frameworks start from the same cold-start GPT-2 and character tokenizer and
 train on the same prompts and verifier reward, with the same group size, completion length,
-temperature, learning rate and K = steps_per_generation update minibatches per rollout
+temperature, learning rate and M = steps_per_generation update minibatches per rollout
 batch: TRL's settings come from the one declared mapping,
 ``sapo_lab.integrations.trl.to_grpo_config``. Each side is timed the same way: wall clock
 between the ends of rollout batches ``warmup`` and ``warmup + steps`` (a step-end callback
@@ -126,7 +126,7 @@ def bench_trl(cfg, model, tok, splits, steps: int, warmup: int, workdir: str) ->
         model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok, callbacks=[Clock()]
     )
     trainer.train()
-    wall = timed_window(stamps, k * warmup, k * (warmup + steps))  # TRL counts optimizer steps: K per rollout batch
+    wall = timed_window(stamps, k * warmup, k * (warmup + steps))  # TRL counts optimizer steps: M per rollout batch
     return {"batches_per_s": steps / wall, "step_s": wall / steps}
 
 
@@ -144,7 +144,7 @@ def bench_task(name: str, args, cache_dir: str, work: str) -> dict:
     tag = f"[{name}]"
     print(
         f"{tag} task {cfg.task.name}: {r.prompts_per_rollout} prompts x G={r.num_generations}, max_completion_length="
-        f"{r.max_completion_length}, K={cfg.optimization.steps_per_generation} minibatches/rollout, "
+        f"{r.max_completion_length}, M={cfg.optimization.steps_per_generation} minibatches/rollout, "
         f"torch threads={torch.get_num_threads()}; {steps} timed rollout batches after {args.warmup}; cold start "
         f"{'cached' if report['cached'] else f'trained in {time.perf_counter() - t0:.0f} s'} "
         f"({report['updates']} SFT updates, dev Pass@1 {report['dev_pass1']})",
