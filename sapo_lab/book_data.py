@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "84cc22b9e0ff8c7e679689f8122c2026a8f17e917dabfe1c23d8204e8ab6859f"
+MANIFEST_SHA256 = "e19d3cede6c6f7a78e60d0ab03cec96327c325d135264df8dbd2a06d1b914b85"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
