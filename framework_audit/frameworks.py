@@ -42,6 +42,9 @@ FRAMEWORKS = (
     # Axolotl's environment is TRL's with Axolotl's pins over it (build_axolotl.sh), torch from TRL's.
     Framework("axolotl", "axolotl", "0.21.0", "framework_audit/requirements-axolotl.txt", "framework_audit/.venv-axolotl",
               layered=False, build_script="framework_audit/build_axolotl.sh"),
+    # skyrl (the renamed SkyRL) requires Python 3.12: its own environment and torch (build_skyrl.sh).
+    Framework("skyrl", "skyrl", "0.4.0", "framework_audit/requirements-skyrl.txt", "framework_audit/.venv-skyrl",
+              layered=False, build_script="framework_audit/build_skyrl.sh"),
     # EasyR1 is on no package index: installed from its repository's pinned commit (build_easyr1.sh).
     Framework("easyr1", "EasyR1", "b44b311", "framework_audit/requirements-easyr1.txt", "framework_audit/.venv-easyr1",
               build_script="framework_audit/build_easyr1.sh", commit="b44b311b669bf1fd1aa2fc36f2251482ba33cb16"),

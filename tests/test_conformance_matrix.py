@@ -110,6 +110,7 @@ def _plant(matrix: dict, framework: str, prop: str, verdict: str) -> dict:
     ("verl", "extreme log-ratios", "differs"),  # verl's harmless clamp called a difference
     ("easyr1", "aggregation", "pass"),  # EasyR1's token pool hidden
     ("axolotl", "on-policy gradient (r = 1)", "differs"),  # Axolotl's copy of TRL's 4/tau denied
+    ("skyrl", "aggregation", "pass"),  # skyrl 0.4.0's default token pool hidden
 ])
 def test_a_planted_wrong_finding_fails(framework, prop, verdict):
     assert mismatches(_plant(MATRIX, framework, prop, verdict))
