@@ -28,7 +28,8 @@ TIMING = {"cached", "wall_s"}  # cold_start_eval.json: whether the cold start ca
 # And two runs of the confirmatory study (M = 8, a fresh seed): seed 12's cold start is its shortest
 # (360 SFT updates), so the check costs about a minute more; its GSPO run (a sequence-level kernel, run
 # in a later invocation from the same declaration) shares that cold start and adds 10 steps.
-CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12"), ("confirm_addition", "gspo_seed12")]  # noqa: E501 (one line: chapter 13 reads it)
+# And one gate-map run: the tightest gate (G1's method) at seed 26, the map's shortest cold start (300 SFT updates).
+CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12"), ("confirm_addition", "gspo_seed12"), ("gate_map", "sapo_tau_x8.81_lr2e-4_M8_seed26")]  # noqa: E501 (one line: chapter 13 reads it)
 
 
 def producer_kernels(study: str) -> tuple[set, set]:
