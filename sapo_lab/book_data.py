@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "478ca988d77871cb70ab23c2686e669b5390382296a7aedbd3034be119871bd1"
+MANIFEST_SHA256 = "74165a78b69ba02ff83909959bb476cb33aafa1c56448238ec37e5ec2a2a6527"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
