@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "74165a78b69ba02ff83909959bb476cb33aafa1c56448238ec37e5ec2a2a6527"
+MANIFEST_SHA256 = "8f3ae66f691734386b11409fb63514011e9f5e306ee8ada04fc140938891cf70"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
