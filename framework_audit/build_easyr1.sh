@@ -6,7 +6,7 @@
 # GitHub) at $EASYR1_GIT, default framework_audit/.easyr1.git (git-ignored):
 #     git clone --bare <EasyR1 repository> framework_audit/.easyr1.git
 # Without that clone the build stops with exit 3 (run_all.sh then keeps EasyR1's committed result).
-# Rebuilt only when the requirements file or the pin is newer than the stamp.
+# Rebuilt only when the requirements file is newer than the stamp or the pinned commit is not the one built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=framework_audit/.venv-easyr1
@@ -14,8 +14,7 @@ REQ=framework_audit/requirements-easyr1.txt
 BASE=framework_audit/.venv-torch
 GIT=${EASYR1_GIT:-framework_audit/.easyr1.git}
 COMMIT=$(python3 -c "import sys; sys.path.insert(0, '.'); from framework_audit.frameworks import framework; print(framework('easyr1').commit)")
-if [ -f "$VENV/.installed" ] && [ ! "$REQ" -nt "$VENV/.installed" ] && [ ! framework_audit/frameworks.py -nt "$VENV/.installed" ] \
-        && [ "$(cat "$VENV/.commit" 2>/dev/null)" = "$COMMIT" ]; then
+if [ -f "$VENV/.installed" ] && [ ! "$REQ" -nt "$VENV/.installed" ] && [ "$(cat "$VENV/.commit" 2>/dev/null)" = "$COMMIT" ]; then
     echo "EasyR1 environment: up to date ($VENV)"; exit 0
 fi
 if ! git -C "$GIT" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
