@@ -91,3 +91,18 @@ def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):
     (line,) = [a["line"] for a in declared_answers(_study())]
     assert "Holm-adjusted p = 0.08" in line and "does not reach" in line  # raw p alone would have said "reaches"
     assert gate_map.interval_text(cmp) in line
+
+
+def test_answer_bullets_read_the_side_from_the_interval(monkeypatch):
+    below = compare({i: (0.4 + 0.01 * i, 0.5) for i in range(10)}, "sapo_tau_x8.81_lr2e-4_M8", "grpo_lr2e-4_M8")
+    across = compare({i: (0.5 + (0.05 if i % 2 else -0.04), 0.5) for i in range(10)}, "sapo_lr2e-4_M2", "grpo_lr2e-4_M2")
+    entries = [
+        {"id": "G1", "family": "tight_gate", "comparison": below, "p": 1e-4, "p_adjusted": 2e-4, "reject": True},
+        {"id": "G4a", "family": "staleness", "comparison": across, "p": 0.7, "p_adjusted": 0.9, "reject": False},
+        {"id": "G5", "kind": "trend", "status": "pending: 0 of 10 pairs finished at x = 1", "comparison": None},
+    ]
+    monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
+    g1, g4a, g5 = gate_map.answer_bullets(_study()).splitlines()
+    assert "SAPO below GRPO" in g1 and "reaches the declared level" in g1 and "does not" not in g1
+    assert "no difference detected" in g4a and "does not reach" in g4a
+    assert "still running" in g5

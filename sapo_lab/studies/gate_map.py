@@ -190,3 +190,51 @@ def where_the_gate_stands(cells: list[Cell]) -> GateStanding:
         [c for c in done if c.verdict == "hurts"],
         [c for c in done if c.verdict == "no difference"],
     )
+
+
+def _side(comparison) -> str:
+    lo, hi = comparison.t_interval
+    if hi < 0:
+        return "SAPO below GRPO"
+    if lo > 0:
+        return "SAPO above GRPO"
+    return "no difference detected"
+
+
+def answer_bullets(study: Study | None = None) -> str:
+    """The declared questions as Markdown bullets for the closing chapter: what each compared, its interval, its side.
+
+    A question still running says so. The side of zero is read from the 95% t interval; whether
+    it reaches the declared level (Holm within a family) is stated beside it, since the two can part.
+    """
+    study = study if study is not None else load_study(STUDY)
+    topics = {
+        "G1": "a gate as narrow as the clip (τ ×8.81) against GRPO at M = 8",
+        "G2": "the gate between (τ ×3) against GRPO at M = 8",
+        "G3": "SAPO against GRPO at M = 8, each with its own learning rate chosen on dev",
+        "G4a": "SAPO against GRPO at M = 2",
+        "G4b": "SAPO against GRPO at M = 4",
+        "G4c": "SAPO against GRPO at M = 8 (fresh seeds)",
+        "G4d": "SAPO against GRPO at M = 16",
+        "G5": "change of the gap per doubling of M",
+    }
+    lines = []
+    for a in declared_answers(study):
+        topic = topics.get(a["id"], a["id"])
+        if a.get("comparison") is None:
+            lines.append(f"* {a['id']}, {topic}: still running ({a['status']}).")
+            continue
+        cmp = a["comparison"]
+        if a.get("kind") == "trend":
+            lo, hi = cmp.t_interval
+            side = "SAPO − GRPO falls as M grows" if hi < 0 else "SAPO − GRPO rises as M grows" if lo > 0 else "no trend detected"
+        else:
+            side = _side(cmp)
+        level = "reaches" if a["reject"] else "does not reach"
+        p_text = f"Holm-adjusted p = {a['p_adjusted']:.3g}" if a.get("family") else f"p = {a['p']:.3g}"
+        chosen = ""
+        if a.get("kind") == "tuned":
+            chosen = f" (chosen: `{a['chosen']['sapo']}` and `{a['chosen']['grpo']}`)"
+        lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, {p_text}; {side}; "
+                     f"{level} the declared level.")
+    return "\n".join(lines)
