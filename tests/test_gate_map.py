@@ -90,6 +90,7 @@ def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):
     monkeypatch.setattr(gate_map, "declared_results", lambda study: [entry])
     (line,) = [a["line"] for a in declared_answers(_study())]
     assert "Holm-adjusted p = 0.08" in line and "does not reach" in line  # raw p alone would have said "reaches"
+    assert "p = 0.001" in line
     assert gate_map.interval_text(cmp) in line
 
 
@@ -106,3 +107,26 @@ def test_answer_bullets_read_the_side_from_the_interval(monkeypatch):
     assert "SAPO below GRPO" in g1 and "reaches the declared level" in g1 and "does not" not in g1
     assert "no difference detected" in g4a and "does not reach" in g4a
     assert "still running" in g5
+
+
+def test_a_family_is_adjusted_only_when_complete():
+    # Holm over the finished half of a family would divide alpha by 2, not 4: G4c alone at p 0.03 must wait
+    from sapo_lab.studies.analysis import adjust_families
+
+    family = [{"id": f"G4{x}", "family": "staleness", "p": p} for x, p in zip("abcd", (None, None, 0.03, None), strict=True)]
+    lone = {"id": "G3", "p": 0.03}
+    adjust_families([*family, lone], 0.05)
+    assert family[2]["reject"] is None and family[2]["waiting_for"] == ["G4a", "G4b", "G4d"]
+    assert lone["reject"] is True  # a question outside any family is read at its raw p
+    done = [{"id": f"G4{x}", "family": "staleness", "p": p} for x, p in zip("abcd", (0.5, 0.4, 0.03, 0.2), strict=True)]
+    adjust_families(done, 0.05)
+    assert done[2]["p_adjusted"] == pytest.approx(0.12) and done[2]["reject"] is False  # 4 x 0.03
+
+
+def test_bullets_say_when_a_family_waits(monkeypatch):
+    cmp = compare({i: (0.4 + 0.01 * i, 0.5) for i in range(10)}, "sapo_lr2e-4_M8", "grpo_lr2e-4_M8")
+    entry = {"id": "G4c", "family": "staleness", "comparison": cmp, "p": 0.03, "p_adjusted": None, "reject": None,
+             "waiting_for": ["G4a"]}
+    monkeypatch.setattr(gate_map, "declared_answers", lambda study: [entry])
+    (bullet,) = gate_map.answer_bullets(_study()).splitlines()
+    assert "waits for G4a" in bullet and "reaches" not in bullet

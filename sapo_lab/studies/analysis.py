@@ -89,7 +89,8 @@ def primary_results(study: Study) -> list[dict]:
     Each entry is the declared test plus ``status`` ("complete", or "pending: ..." while any
     declared seed is unfinished; a pending test has no statistics), ``comparison``
     (:class:`~sapo_lab.studies.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
-    complete, ``p_adjusted`` and ``reject`` (Holm within a declared family, else raw).
+    complete, ``p_adjusted`` and ``reject`` (:func:`adjust_families`: Holm within a declared family once the
+    whole family is complete, else raw).
     """
     plan = study.declaration.get("analysis")
     if plan is None:
@@ -125,19 +126,33 @@ def primary_results(study: Study) -> list[dict]:
             cmp, status = paired(chosen[first], chosen[second])
             entry.update(status=status, comparison=cmp, p=cmp.t_p if cmp else None)
         results.append(entry)
-    families: dict[str, dict] = {}
-    for r in results:
-        if r.get("family") and r["p"] is not None:
-            families.setdefault(r["family"], {})[r["id"]] = r["p"]
-    for ps in families.values():
-        for rid, adj in holm(ps, alpha).items():
-            for r in results:
-                if r["id"] == rid:
-                    r["p_adjusted"], r["reject"] = adj["p_adjusted"], adj["reject"]
-    for r in results:
-        if r["p"] is not None and "reject" not in r:
-            r["p_adjusted"], r["reject"] = r["p"], r["p"] < alpha
+    adjust_families(results, alpha)
     return results
+
+
+def adjust_families(results: list[dict], alpha: float) -> None:
+    """Set ``p_adjusted`` and ``reject`` on each complete entry: Holm within its declared family, else its raw p.
+
+    A family is adjusted only once every member is complete: Holm over the finished part would divide
+    alpha among fewer questions than were declared. Until then its finished members get ``p_adjusted``
+    and ``reject`` None and ``waiting_for``, the ids still pending.
+    """
+    families: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("family"):
+            families.setdefault(r["family"], []).append(r)
+        elif r["p"] is not None:
+            r["p_adjusted"], r["reject"] = r["p"], r["p"] < alpha
+    for members in families.values():
+        pending = [r["id"] for r in members if r["p"] is None]
+        if pending:
+            for r in members:
+                if r["p"] is not None:
+                    r["p_adjusted"], r["reject"], r["waiting_for"] = None, None, pending
+            continue
+        adjusted = holm({r["id"]: r["p"] for r in members}, alpha)
+        for r in members:
+            r["p_adjusted"], r["reject"] = adjusted[r["id"]]["p_adjusted"], adjusted[r["id"]]["reject"]
 
 
 def matched_pairs(studies: list[Study], is_method, is_reference, where=None) -> tuple[list[Pair], list[tuple]]:

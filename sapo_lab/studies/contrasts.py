@@ -26,8 +26,8 @@ from __future__ import annotations
 import copy
 import math
 
-from .analysis import endpoint_value, pairs_in_study, primary_results, run_config
-from .paired import compare, holm
+from .analysis import adjust_families, endpoint_value, pairs_in_study, primary_results, run_config
+from .paired import compare
 from .results import Study
 
 KINDS = ("trend", "tuned")
@@ -161,16 +161,7 @@ def contrast_results(study: Study) -> list[dict]:
     for c in plan.get("contrasts", []):
         compute = _trend if c["kind"] == "trend" else _tuned
         results.append({**c, "comparison": None, "p": None, **compute(study, c, metric, alpha, declared)})
-    families: dict[str, dict] = {}
-    for r in results:
-        if r.get("family") and r["p"] is not None:
-            families.setdefault(r["family"], {})[r["id"]] = r["p"]
-    adjusted = {rid: adj for ps in families.values() for rid, adj in holm(ps, alpha).items()}
-    for r in results:
-        if r["id"] in adjusted:
-            r["p_adjusted"], r["reject"] = adjusted[r["id"]]["p_adjusted"], adjusted[r["id"]]["reject"]
-        elif r["p"] is not None:
-            r["p_adjusted"], r["reject"] = r["p"], r["p"] < alpha
+    adjust_families(results, alpha)
     return results
 
 

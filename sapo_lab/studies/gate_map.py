@@ -136,10 +136,8 @@ def declared_answers(study: Study | None = None) -> list[dict]:
             continue
         cmp = r["comparison"]
         what = f"{cmp.method} − {cmp.reference}" if r.get("kind") != "trend" else "slope of the gap per doubling of M"
-        adjusted = f", Holm-adjusted p = {r['p_adjusted']:.3g}" if r.get("family") else ""
-        level = "reaches" if r["reject"] else "does not reach"
-        out.append({**r, "line": f"{r['id']}: {what} = {interval_text(cmp)}, p = {r['p']:.3g}{adjusted}; "
-                                 f"{level} the declared level (α = {study.declaration['analysis']['alpha']})"})
+        out.append({**r, "line": f"{r['id']}: {what} = {interval_text(cmp)}, p = {r['p']:.3g}{_level_text(r)} "
+                                 f"(α = {study.declaration['analysis']['alpha']})"})
     return out
 
 
@@ -192,6 +190,14 @@ def where_the_gate_stands(cells: list[Cell]) -> GateStanding:
     )
 
 
+def _level_text(answer: dict) -> str:
+    """"; Holm-adjusted p = ..., reaches the declared level", or that the family's adjustment waits."""
+    if answer.get("waiting_for"):
+        return f"; its family's Holm adjustment waits for {', '.join(answer['waiting_for'])}"
+    adjusted = f", Holm-adjusted p = {answer['p_adjusted']:.3g}" if answer.get("family") else ""
+    return f"{adjusted}; {'reaches' if answer['reject'] else 'does not reach'} the declared level"
+
+
 def _side(comparison) -> str:
     lo, hi = comparison.t_interval
     if hi < 0:
@@ -230,11 +236,9 @@ def answer_bullets(study: Study | None = None) -> str:
             side = "SAPO − GRPO falls as M grows" if hi < 0 else "SAPO − GRPO rises as M grows" if lo > 0 else "no trend detected"
         else:
             side = _side(cmp)
-        level = "reaches" if a["reject"] else "does not reach"
-        p_text = f"Holm-adjusted p = {a['p_adjusted']:.3g}" if a.get("family") else f"p = {a['p']:.3g}"
         chosen = ""
         if a.get("kind") == "tuned":
             chosen = f" (chosen: `{a['chosen']['sapo']}` and `{a['chosen']['grpo']}`)"
-        lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, {p_text}; {side}; "
-                     f"{level} the declared level.")
+        lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, p = {a['p']:.3g}; {side}"
+                     f"{_level_text(a)}.")
     return "\n".join(lines)
