@@ -71,7 +71,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "15_follow_up_experiment": tuple(p for name in ("main_comparison", "staleness", "staleness_long",
                                                     "equal_search_budget") for p in _study(name)),
     "15b_gate_map": _metadata("gate_map"),
-    "16_conclusion": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)),
+    "16_conclusion": (*(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)), *_metadata("gate_map")),
     "appendix_provenance": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _metadata(name)),
 }
 ALWAYS = ("experiments/*",)
