@@ -70,7 +70,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "14b_instability_and_tuning": tuple(p for name in _EVIDENCE for p in _study(name)),
     "15_follow_up_experiment": tuple(p for name in ("main_comparison", "staleness", "staleness_long",
                                                     "equal_search_budget") for p in _study(name)),
-    "15b_gate_map": _metadata("gate_map"),
+    "15b_gate_map": tuple(p for name in ("gate_map", *_CONFIRMATORY) for p in _metadata(name)),
     "16_conclusion": (*(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)), *_metadata("gate_map")),
     "appendix_provenance": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _metadata(name)),
 }

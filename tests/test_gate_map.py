@@ -20,7 +20,7 @@ def settings():
 
 
 def _study(declaration=DECLARATION):
-    return SimpleNamespace(name="gate_map", declaration=declaration, runs=[])
+    return SimpleNamespace(name="gate_map", declaration=declaration, runs=[], select=lambda *a, **k: [])
 
 
 def _fake_pairs(monkeypatch, seeds, value):
@@ -52,10 +52,9 @@ def test_each_sapo_cell_is_paired_with_grpo_at_its_own_rate_and_staleness(monkey
     cells = map_cells(_study(), settings)
     assert len(cells) == 36  # 3 temperatures x 3 rates x 4 M
     assert all(c.comparison is not None and c.comparison.mean > 0 for c in cells)
+    # the tests and the trend's points; the tuned contrast adds only its chosen pair, once complete (not here)
     asked = {c.sapo.method for c in cells if c.in_declared_question}
-    assert asked == {"sapo_tau_x8.81_lr2e-4_M8", "sapo_tau_x3_lr2e-4_M8", "sapo_lr5e-5_M8", "sapo_lr1e-4_M8"} | {
-        f"sapo_lr2e-4_M{m}" for m in (2, 4, 8, 16)
-    }
+    assert asked == {"sapo_tau_x8.81_lr2e-4_M8", "sapo_tau_x3_lr2e-4_M8"} | {f"sapo_lr2e-4_M{m}" for m in (2, 4, 8, 16)}
 
 
 def test_a_cell_waits_for_every_declared_seed(monkeypatch, settings):
@@ -94,19 +93,50 @@ def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):
     assert gate_map.interval_text(cmp) in line
 
 
-def test_answer_bullets_read_the_side_from_the_interval(monkeypatch):
-    below = compare({i: (0.4 + 0.01 * i, 0.5) for i in range(10)}, "sapo_tau_x8.81_lr2e-4_M8", "grpo_lr2e-4_M8")
-    across = compare({i: (0.5 + (0.05 if i % 2 else -0.04), 0.5) for i in range(10)}, "sapo_lr2e-4_M2", "grpo_lr2e-4_M2")
-    entries = [
-        {"id": "G1", "family": "tight_gate", "comparison": below, "p": 1e-4, "p_adjusted": 2e-4, "reject": True},
-        {"id": "G4a", "family": "staleness", "comparison": across, "p": 0.7, "p_adjusted": 0.9, "reject": False},
-        {"id": "G5", "kind": "trend", "status": "pending: 0 of 10 pairs finished at x = 1", "comparison": None},
-    ]
+def _entry(test_id, gaps, **extra):
+    cmp = compare({i: (0.5 + g, 0.5) for i, g in enumerate(gaps)}, "m", "r")
+    return {"id": test_id, "comparison": cmp, "p": cmp.t_p, "p_adjusted": cmp.t_p, "reject": cmp.t_p < 0.05, **extra}
+
+
+BELOW = [-0.1 + 0.01 * i for i in range(10)]
+ABOVE = [-g for g in BELOW]
+ACROSS = [0.05 if i % 2 else -0.04 for i in range(10)]
+G1 = {"method": "sapo_tau_x8.81_lr2e-4_M8", "reference": "grpo_lr2e-4_M8"}
+G5 = {"kind": "trend", "points": [{"method": f"sapo_lr2e-4_M{m}", "reference": f"grpo_lr2e-4_M{m}", "x": x}
+                                  for x, m in enumerate((2, 4, 8, 16), start=1)]}
+
+
+def _bullets(monkeypatch, settings, entries):
     monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
-    g1, g4a, g5 = gate_map.answer_bullets(_study()).splitlines()
-    assert "SAPO below GRPO" in g1 and "reaches the declared level" in g1 and "does not" not in g1
-    assert "no difference detected" in g4a and "does not reach" in g4a
-    assert "still running" in g5
+    return gate_map.answer_bullets(_study(), settings).splitlines()
+
+
+def test_answer_bullets_read_the_side_from_the_interval(monkeypatch, settings):
+    below, above, across = _bullets(monkeypatch, settings, [
+        _entry("G1", BELOW, **G1), _entry("G2", ABOVE, **G1), _entry("G4a", ACROSS, **G1)])
+    assert "SAPO below GRPO" in below and "reaches the declared level" in below and "does not" not in below
+    assert "SAPO above GRPO" in above
+    assert "no difference detected" in across and "does not reach" in across
+    assert "τ 8.81 against GRPO, lr 0.0002, M = 8" in below  # the topic comes from the declared settings
+
+
+def test_trend_bullets_say_which_way_the_gap_moves(monkeypatch, settings):
+    falls, rises, flat = _bullets(monkeypatch, settings, [
+        _entry("G5", BELOW, **G5), _entry("G5", ABOVE, **G5), _entry("G5", ACROSS, **G5)])
+    assert "falls as M grows" in falls and "rises as M grows" in rises and "no trend" in flat
+    assert "per doubling of M" in falls  # the declared x is log2 M
+
+
+def test_a_side_that_holm_does_not_keep_says_so(monkeypatch, settings):
+    entry = _entry("G2", BELOW, family="tight_gate", **G1)
+    entry.update(p_adjusted=0.09, reject=False)
+    (line,) = _bullets(monkeypatch, settings, [entry])
+    assert "SAPO below GRPO before Holm's adjustment" in line and "does not reach" in line
+
+
+def test_pending_questions_say_so(monkeypatch, settings):
+    (line,) = _bullets(monkeypatch, settings, [{"id": "G5", "status": "pending: 3 of 10", "comparison": None, **G5}])
+    assert "not yet complete (pending: 3 of 10)" in line
 
 
 def test_a_family_is_adjusted_only_when_complete():
@@ -123,10 +153,8 @@ def test_a_family_is_adjusted_only_when_complete():
     assert done[2]["p_adjusted"] == pytest.approx(0.12) and done[2]["reject"] is False  # 4 x 0.03
 
 
-def test_bullets_say_when_a_family_waits(monkeypatch):
-    cmp = compare({i: (0.4 + 0.01 * i, 0.5) for i in range(10)}, "sapo_lr2e-4_M8", "grpo_lr2e-4_M8")
-    entry = {"id": "G4c", "family": "staleness", "comparison": cmp, "p": 0.03, "p_adjusted": None, "reject": None,
-             "waiting_for": ["G4a"]}
-    monkeypatch.setattr(gate_map, "declared_answers", lambda study: [entry])
-    (bullet,) = gate_map.answer_bullets(_study()).splitlines()
+def test_bullets_say_when_a_family_waits(monkeypatch, settings):
+    entry = _entry("G4c", BELOW, family="staleness", **G1)
+    entry.update(p_adjusted=None, reject=None, waiting_for=["G4a"])
+    (bullet,) = _bullets(monkeypatch, settings, [entry])
     assert "waits for G4a" in bullet and "reaches" not in bullet

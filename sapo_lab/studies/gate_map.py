@@ -14,11 +14,12 @@ Nothing here holds a number: every sentence is computed from the runs in ``resul
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..objective.kernels import sapo_half_width
 from .analysis import endpoint_value, pairs_in_study
-from .contrasts import declared_results
+from .contrasts import contrast_results, declared_results
 from .narrative import interval_text
 from .paired import PairedComparison, compare
 from .results import Study, load_study
@@ -56,11 +57,16 @@ class Cell:
 
     @property
     def verdict(self) -> str | None:
-        """"helps" / "hurts" when the 95% t interval excludes zero on that side, "no difference" when it holds zero."""
+        """"helps" / "hurts" when the t interval excludes zero on that side, "no difference" when it holds zero."""
         if self.comparison is None:
             return None
-        lo, hi = self.comparison.t_interval
-        return "helps" if lo > 0 else "hurts" if hi < 0 else "no difference"
+        return {1: "helps", -1: "hurts", 0: "no difference"}[side_of_zero(self.comparison)]
+
+
+def side_of_zero(comparison) -> int:
+    """+1 when the comparison's t interval lies above zero, -1 below, 0 when it holds zero."""
+    lo, hi = comparison.t_interval
+    return 1 if lo > 0 else -1 if hi < 0 else 0
 
 
 def method_settings(declaration: dict) -> dict[str, Setting]:
@@ -83,16 +89,17 @@ def method_settings(declaration: dict) -> dict[str, Setting]:
     return out
 
 
-def _declared_pairs(declaration: dict) -> set[tuple[str, str]]:
-    """(method, reference) of every declared question, including each point of a trend and each tuned arm's options."""
-    plan = declaration["analysis"]
+def _declared_pairs(study: Study) -> set[tuple[str, str]]:
+    """(method, reference) that a declared question compares: each test, each trend point, and a tuned
+    contrast's chosen pair once it is complete (the options it tuned over are not compared on eval)."""
+    plan = study.declaration["analysis"]
     pairs = {(t["method"], t["reference"]) for t in plan.get("tests", [])}
     for c in plan.get("contrasts", []):
         if c["kind"] == "trend":
             pairs |= {(p["method"], p["reference"]) for p in c["points"]}
-        elif c["kind"] == "tuned":
-            first, second = c["arms"].values()
-            pairs |= set(zip(first, second, strict=True))
+    for r in contrast_results(study):
+        if r["kind"] == "tuned" and r.get("comparison") is not None:
+            pairs.add((r["comparison"].method, r["comparison"].reference))
     return pairs
 
 
@@ -103,7 +110,7 @@ def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = 
     metric = study.declaration["analysis"]["endpoint"]["metric"]
     alpha = study.declaration["analysis"]["alpha"]
     declared = len(study.declaration["seeds"])
-    asked = _declared_pairs(study.declaration)
+    asked = _declared_pairs(study)
     grpo = {(s.learning_rate, s.staleness): s for s in settings.values() if s.loss_type == "grpo"}
     cells = []
     for s in settings.values():
@@ -124,30 +131,31 @@ def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = 
 def declared_answers(study: Study | None = None) -> list[dict]:
     """The declared questions in order (:func:`~sapo_lab.studies.contrasts.declared_results`), each with ``line``.
 
-    ``line`` answers the question in one line: its comparison, mean and 95% t interval, raw and
-    (within a declared family) Holm-adjusted p, and whether it reaches the declared level; or what
-    is still pending.
+    ``line`` answers the question in one line: its comparison, mean and t interval, raw and (within a
+    declared family) Holm-adjusted p, and whether it reaches the declared level; or what is still pending.
     """
     study = study if study is not None else load_study(STUDY)
+    alpha = study.declaration["analysis"]["alpha"]
     out = []
     for r in declared_results(study):
         if r.get("comparison") is None:
             out.append({**r, "line": f"{r['id']}: {r['status']}"})
             continue
         cmp = r["comparison"]
-        what = f"{cmp.method} − {cmp.reference}" if r.get("kind") != "trend" else "slope of the gap per doubling of M"
+        what = f"{cmp.method} − {cmp.reference}" if r.get("kind") != "trend" else "slope of the gap on the declared x"
         out.append({**r, "line": f"{r['id']}: {what} = {interval_text(cmp)}, p = {r['p']:.3g}{_level_text(r)} "
-                                 f"(α = {study.declaration['analysis']['alpha']})"})
+                                 f"(α = {alpha})"})
     return out
 
 
 @dataclass(frozen=True)
 class GateStanding:
-    """How the complete cells' intervals fall, overall and for the declared cells."""
+    """How the complete cells' intervals fall."""
 
     complete: int
     total: int
     seeds: int
+    level: float  # the intervals' confidence level, 1 - alpha
     helps: list[Cell]
     hurts: list[Cell]
     no_difference: list[Cell]
@@ -160,14 +168,15 @@ class GateStanding:
         def where(cells: list[Cell]) -> str:
             if not cells:
                 return "in no cell"
-            shown = ", ".join(_cell_name(c) for c in cells[:4]) + (", …" if len(cells) > 4 else "")
+            shown = "; ".join(_cell_name(c) for c in cells[:4]) + ("; …" if len(cells) > 4 else "")
             return f"in {len(cells)} ({shown})"
 
-        partial = "" if self.complete == self.total else f" ({self.total - self.complete} cells still running)"
+        partial = "" if self.complete == self.total else f" ({self.total - self.complete} cells not yet complete)"
+        level = f"{self.level:.0%}"
         return (
             f"Of the {self.complete} complete cells of the map{partial}, SAPO's gate finishes above GRPO's clip, "
-            f"with the 95% interval of the paired gap above zero, {where(self.helps)}; below it, with the interval "
-            f"below zero, {where(self.hurts)}; and the interval holds zero {where(self.no_difference)}. "
+            f"with the {level} interval of the paired gap above zero, {where(self.helps)}; below it, with the "
+            f"interval below zero, {where(self.hurts)}; and the interval holds zero {where(self.no_difference)}. "
             f"Each cell is read alone at {self.seeds} paired seeds, without adjustment for the number of cells: "
             "the declared questions above are the confirmatory reading."
         )
@@ -177,13 +186,14 @@ def _cell_name(cell: Cell) -> str:
     return f"τ {cell.sapo.tau_pos:g}, lr {cell.sapo.learning_rate:g}, M {cell.sapo.staleness}"
 
 
-def where_the_gate_stands(cells: list[Cell]) -> GateStanding:
-    """Sort the complete cells by the side of zero their interval falls on."""
+def where_the_gate_stands(cells: list[Cell], alpha: float = 0.05) -> GateStanding:
+    """Sort the complete cells by the side of zero their interval falls on (intervals at level 1 - alpha)."""
     done = [c for c in cells if c.comparison is not None]
     return GateStanding(
         len(done),
         len(cells),
         cells[0].declared_seeds if cells else 0,
+        1 - alpha,
         [c for c in done if c.verdict == "helps"],
         [c for c in done if c.verdict == "hurts"],
         [c for c in done if c.verdict == "no difference"],
@@ -198,47 +208,49 @@ def _level_text(answer: dict) -> str:
     return f"{adjusted}; {'reaches' if answer['reject'] else 'does not reach'} the declared level"
 
 
-def _side(comparison) -> str:
-    lo, hi = comparison.t_interval
-    if hi < 0:
-        return "SAPO below GRPO"
-    if lo > 0:
-        return "SAPO above GRPO"
-    return "no difference detected"
+def _topic(answer: dict, settings: dict[str, Setting]) -> str:
+    """What a declared question compares, in words built from the methods' settings."""
+    if answer.get("kind") == "trend":
+        ms = [settings[p["method"]].staleness for p in answer["points"]]
+        per = "doubling of M" if all(p["x"] == math.log2(m) for p, m in zip(answer["points"], ms, strict=True)) else "unit of x"
+        lr = settings[answer["points"][0]["method"]].learning_rate
+        return f"change of SAPO − GRPO per {per} (M = {', '.join(map(str, ms))}, lr {lr:g})"
+    if answer.get("kind") == "tuned":
+        ms = sorted({settings[m].staleness for arm in answer["arms"].values() for m in arm})
+        return f"SAPO against GRPO at M = {', '.join(map(str, ms))}, each at the learning rate dev chose"
+    m = settings[answer["method"]]
+    return f"SAPO at τ {m.tau_pos:g} against GRPO, lr {m.learning_rate:g}, M = {m.staleness}"
 
 
-def answer_bullets(study: Study | None = None) -> str:
+SIDES = {-1: "SAPO below GRPO", 1: "SAPO above GRPO", 0: "no difference detected"}
+TREND_SIDES = {-1: "SAPO − GRPO falls as M grows", 1: "SAPO − GRPO rises as M grows", 0: "no trend detected"}
+
+
+def answer_bullets(study: Study | None = None, settings: dict[str, Setting] | None = None) -> str:
     """The declared questions as Markdown bullets for the closing chapter: what each compared, its interval, its side.
 
-    A question still running says so. The side of zero is read from the 95% t interval; whether
-    it reaches the declared level (Holm within a family) is stated beside it, since the two can part.
+    A question still running says so. The side of zero is read from the t interval; within a family
+    whose Holm adjustment does not reach the level, the side is marked as read before adjustment.
     """
     study = study if study is not None else load_study(STUDY)
-    topics = {
-        "G1": "a gate as narrow as the clip (τ ×8.81) against GRPO at M = 8",
-        "G2": "the gate between (τ ×3) against GRPO at M = 8",
-        "G3": "SAPO against GRPO at M = 8, each with its own learning rate chosen on dev",
-        "G4a": "SAPO against GRPO at M = 2",
-        "G4b": "SAPO against GRPO at M = 4",
-        "G4c": "SAPO against GRPO at M = 8 (fresh seeds)",
-        "G4d": "SAPO against GRPO at M = 16",
-        "G5": "change of the gap per doubling of M",
-    }
+    settings = settings if settings is not None else method_settings(study.declaration)
+    answers = declared_answers(study)
+    tested = {(a["method"], a["reference"]): a["id"] for a in answers if "method" in a and "reference" in a}
     lines = []
-    for a in declared_answers(study):
-        topic = topics.get(a["id"], a["id"])
+    for a in answers:
+        topic = _topic(a, settings)
         if a.get("comparison") is None:
-            lines.append(f"* {a['id']}, {topic}: still running ({a['status']}).")
+            lines.append(f"* {a['id']}, {topic}: not yet complete ({a['status']}).")
             continue
         cmp = a["comparison"]
-        if a.get("kind") == "trend":
-            lo, hi = cmp.t_interval
-            side = "SAPO − GRPO falls as M grows" if hi < 0 else "SAPO − GRPO rises as M grows" if lo > 0 else "no trend detected"
-        else:
-            side = _side(cmp)
+        side = side_of_zero(cmp)
+        words = (TREND_SIDES if a.get("kind") == "trend" else SIDES)[side]
+        if a.get("family") and side != 0 and a.get("reject") is not True:
+            words += " before Holm's adjustment"
         chosen = ""
         if a.get("kind") == "tuned":
-            chosen = f" (chosen: `{a['chosen']['sapo']}` and `{a['chosen']['grpo']}`)"
-        lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, p = {a['p']:.3g}; {side}"
+            same = tested.get((cmp.method, cmp.reference))
+            chosen = f" (chosen: `{cmp.method}` and `{cmp.reference}`" + (f", the runs of {same}" if same else "") + ")"
+        lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, p = {a['p']:.3g}; {words}"
                      f"{_level_text(a)}.")
     return "\n".join(lines)
