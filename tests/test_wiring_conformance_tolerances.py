@@ -94,3 +94,11 @@ def test_a_held_float32_only_ever_loosens_the_tolerance(dtype):
     ctx = Context(plain_sapo(), 1.0, 1.05, DTYPES[dtype], None, "token", held_dtype=torch.float32)
     assert ctx.tol.grad == max(TOLERANCES[DTYPES[dtype]].grad, TOLERANCES[torch.float32].grad)
     assert Context(plain_sapo(), 1.0, 1.05, DTYPES[dtype], None, "token").tol == TOLERANCES[DTYPES[dtype]]
+
+
+def test_float64_holds_gradients_to_far_below_float32s_rounding():
+    """An absolute anchor: float64's tolerance sits near its own rounding, not merely below float32's.
+
+    Catches a float64 gradient tolerance loosened anywhere up to float32's (a 1e-8 share would pass)."""
+    assert audit(plain_sapo(scale=1 + 1e-8), dtype="float64").row(ON_POLICY).verdict == "differs"
+    assert audit(plain_sapo(scale=1 + 1e-12), dtype="float64").row(ON_POLICY).verdict == "pass"
