@@ -136,6 +136,9 @@ def test_check_takes_a_relative_out_and_keeps_versions(monkeypatch, capsys):
     assert differences(comparable({"v": "2.60.0"}), comparable({"v": "2.6.0"}))
 
 
+INSTALLED_AS = {"easyr1": ("verl",)}  # a framework installed from its repository, under its import name
+
+
 @pytest.mark.parametrize("fw", FRAMEWORKS, ids=lambda f: f.key)
 def test_versions_match_the_requirements_file(fw):
     """A requirements file bumped without rerunning the audit (or an environment that installed
@@ -145,7 +148,9 @@ def test_versions_match_the_requirements_file(fw):
     recorded = {k: v for k, v in entry["versions"].items() if k != "python"}
     if fw.commit:  # installed from its repository: the commit its build recorded is the pinned one
         assert fw.commit.startswith(fw.version) and recorded.pop(fw.package) == fw.commit, recorded
-        recorded = {k: v for k, v in recorded.items() if k in pins}
+        # its own distribution may carry another import name (EasyR1 installs as `verl`); anything else
+        # unpinned came in despite --no-deps and fails below
+        recorded = {k: v for k, v in recorded.items() if k in pins or k not in INSTALLED_AS.get(fw.key, ())}
     else:
         assert pins.get(fw.package) == fw.version, (fw.requirements, fw.package, pins.get(fw.package))
     assert set(recorded) == set(pinned_packages(ROOT / fw.requirements))
