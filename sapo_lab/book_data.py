@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "8f3ae66f691734386b11409fb63514011e9f5e306ee8ada04fc140938891cf70"
+MANIFEST_SHA256 = "06abbbf937e4fda17a6e464d391a0fba1cbedab57701d893a00948c4ed83a61d"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
