@@ -158,3 +158,38 @@ def test_bullets_say_when_a_family_waits(monkeypatch, settings):
     entry.update(p_adjusted=None, reject=None, waiting_for=["G4a"])
     (bullet,) = _bullets(monkeypatch, settings, [entry])
     assert "waits for G4a" in bullet and "reaches" not in bullet
+
+
+def _declared(g1, g4, g5, g3, rates=("1e-4", "1e-4")):
+    """Fake answers in the declaration's shape: G1 at the tight gate, G4a-d at M 2-16, G5 the trend, G3 tuned."""
+    out = [_entry("G1", g1, method="sapo_tau_x8.81_lr2e-4_M8", reference="grpo_lr2e-4_M8")]
+    for x, m in zip("abcd", (2, 4, 8, 16), strict=True):
+        e = _entry(f"G4{x}", g4[m], family="staleness", method=f"sapo_lr2e-4_M{m}", reference=f"grpo_lr2e-4_M{m}")
+        out.append(e)
+    out.append(_entry("G5", g5, **G5))
+    tuned = _entry("G3", g3, kind="tuned")
+    tuned["comparison"].method, tuned["comparison"].reference = f"sapo_lr{rates[0]}_M8", f"grpo_lr{rates[1]}_M8"
+    return out + [tuned]
+
+
+def test_plain_answer_follows_each_interval(monkeypatch, settings):
+    entries = _declared(BELOW, {2: ACROSS, 4: BELOW, 8: BELOW, 16: BELOW}, BELOW, BELOW)
+    monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
+    text = gate_map.plain_answer(_study(), settings)
+    assert text.startswith("In no declared comparison did SAPO finish above GRPO.")
+    assert "SAPO − GRPO falls as M grows" in text and "at M = 2 no difference was detected" in text
+    assert "narrow as the clip left SAPO below GRPO" in text and "(both chose 0.0001) left SAPO below" in text
+    # a narrow gate that closes the gap, a flat trend, SAPO above somewhere, different tuned rates
+    entries = _declared(ACROSS, {2: ABOVE, 4: ACROSS, 8: ACROSS, 16: ACROSS}, ACROSS, BELOW, ("2e-4", "5e-5"))
+    monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
+    text = gate_map.plain_answer(_study(), settings)
+    assert text.startswith("SAPO finished above GRPO in G4a.")
+    assert "No trend detected" in text and "narrow as the clip left no detectable gap" in text
+    assert "SAPO chose 0.0002, GRPO 5e-05" in text
+
+
+def test_plain_answer_waits_for_every_question(monkeypatch, settings):
+    entries = _declared(BELOW, {2: ACROSS, 4: BELOW, 8: BELOW, 16: BELOW}, BELOW, BELOW)
+    entries[-1] = {**entries[-1], "comparison": None}
+    monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
+    assert gate_map.plain_answer(_study(), settings) == "The declared answer waits for G3."

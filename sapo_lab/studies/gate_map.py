@@ -254,3 +254,45 @@ def answer_bullets(study: Study | None = None, settings: dict[str, Setting] | No
         lines.append(f"* {a['id']}, {topic}{chosen}: {interval_text(cmp)}, p = {a['p']:.3g}; {words}"
                      f"{_level_text(a)}.")
     return "\n".join(lines)
+
+
+def plain_answer(study: Study | None = None, settings: dict[str, Setting] | None = None) -> str:
+    """The declared questions' answer in three sentences: where SAPO stood, how the gap moved with M, and
+    what the narrow gate and the tuned learning rate did. Every clause is chosen by an interval's side."""
+    study = study if study is not None else load_study(STUDY)
+    settings = settings if settings is not None else method_settings(study.declaration)
+    answers = {a["id"]: a for a in declared_answers(study)}
+    pending = [i for i, a in answers.items() if a.get("comparison") is None]
+    if pending:
+        return f"The declared answer waits for {', '.join(pending)}."
+    sides = {i: side_of_zero(a["comparison"]) for i, a in answers.items()}
+    above = [i for i, s in sides.items() if s > 0 and answers[i].get("kind") != "trend"]
+    first = ("In no declared comparison did SAPO finish above GRPO." if not above
+             else f"SAPO finished above GRPO in {', '.join(above)}.")
+    trend = next(a for a in answers.values() if a.get("kind") == "trend")
+    by_m = {settings[p["method"]].staleness: next(a for a in answers.values()
+                                                  if (a.get("method"), a.get("reference")) == (p["method"], p["reference"]))
+            for p in trend["points"]}
+    flat = [m for m, a in by_m.items() if side_of_zero(a["comparison"]) == 0]
+    kept = [m for m, a in by_m.items() if a["reject"] is True]
+    moved = TREND_SIDES[sides[trend["id"]]]
+    second = (f"{moved[0].upper() + moved[1:]} ({trend['id']}: {interval_text(trend['comparison'])} "
+              f"per doubling of M)"
+              + (f"; at M = {', '.join(map(str, flat))} no difference was detected" if flat else "")
+              + (f", and at M = {', '.join(map(str, kept))} the gap reaches the declared level after Holm's "
+                 "adjustment" if kept else "") + ".")
+
+    def outcome(test_id: str) -> str:
+        a = answers[test_id]
+        word = {-1: "left SAPO below GRPO", 0: "left no detectable gap", 1: "put SAPO above GRPO"}[sides[test_id]]
+        return f"{word} ({test_id}: {interval_text(a['comparison'])})"
+
+    tight = next(i for i, a in answers.items() if "method" in a and settings[a["method"]].tau_pos == max(
+        s.tau_pos for s in settings.values() if s.loss_type == "sapo"))
+    tuned = next(i for i, a in answers.items() if a.get("kind") == "tuned")
+    sapo_lr, grpo_lr = (settings[m].learning_rate for m in (answers[tuned]["comparison"].method,
+                                                            answers[tuned]["comparison"].reference))
+    chose = f"both chose {sapo_lr:g}" if sapo_lr == grpo_lr else f"SAPO chose {sapo_lr:g}, GRPO {grpo_lr:g}"
+    third = (f"A gate as narrow as the clip {outcome(tight)}, and a learning rate chosen per method on dev "
+             f"({chose}) {outcome(tuned)}.")
+    return " ".join([first, second, third])
