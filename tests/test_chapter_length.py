@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_WORDS, MAX_CODE_LINES = 3500, 400
 HIDDEN = {"hide-input", "hide-cell", "remove-cell", "remove-input", "solution", "check"}
-CLASS_CHAPTERS = ("12_", "13_", "14_", "14b_", "15_", "16_")
+CLASS_CHAPTERS = ("12_", "13_", "14_", "14b_", "15_", "15b_", "16_")
 
 
 def class_load(cells: list[dict]) -> tuple[int, int]:
