@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "8dc57b0266d170fc30c02fa9d38809624b956b53303796c957b2afc6fbd98b11"
+MANIFEST_SHA256 = "d91cc157ed56393cf9971e89e0cae759b1dca9f97647bd4bfdcc3d41cb558c0c"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
