@@ -8,11 +8,9 @@ torch.where on Python floats, so they are held in torch's default dtype (float32
 """
 
 import os
-import tempfile
-
-import torch
 
 from framework_audit.adapters import TAU_NEG, TAU_POS, Setting, Source
+from framework_audit.adapters.trl import trainer_loss
 
 FUNCTION = "axolotl.core.trainers.grpo.async_trainer.AsyncGRPOTrainer._compute_loss"
 
@@ -50,24 +48,5 @@ def load():
 
 
 def make_loss(function, options):
-    from sapo_lab import build_char_tokenizer, build_model
-
-    trainer_class, config_class, dataset_class = function
-    output = tempfile.TemporaryDirectory(prefix="conformance-axolotl-")  # removed with the loss function
-    args = config_class(output_dir=output.name, use_cpu=True, bf16=False,
-                        report_to="none", per_device_train_batch_size=4, num_generations=4, **options)
-    trainer = trainer_class(model=build_model("cpu-micro", seed=0), args=args, processing_class=build_char_tokenizer(),
-                            reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                            train_dataset=dataset_class.from_dict({"prompt": ["1+1="] * 4}))
-    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train()
-    trainer.model.train()
-
-    def loss(logp, old_logp, advantages, mask):
-        assert output  # the trainer's output folder lives as long as this function
-        trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp.detach()), None)
-        ids = torch.zeros(mask.shape, dtype=torch.long)
-        inputs = {"prompt_ids": ids[:, :1], "prompt_mask": torch.ones_like(ids[:, :1]), "completion_ids": ids,
-                  "completion_mask": mask.long(), "advantages": advantages, "old_per_token_logps": old_logp}
-        return trainer._compute_loss(trainer.model, inputs)
-
-    return loss
+    # AsyncGRPOTrainer subclasses TRL's GRPOTrainer: built and called exactly as TRL's adapter does it
+    return trainer_loss(function, options, "axolotl")

@@ -46,10 +46,16 @@ def load():
 
 
 def make_loss(function, options):
+    return trainer_loss(function, options, "trl")
+
+
+def trainer_loss(function, options, name: str):
+    """The loss of a GRPOTrainer (or a subclass, such as Axolotl's) built on a tiny model, called as its
+    training step calls ``_compute_loss``; ``name`` labels the trainer's temporary output folder."""
     from sapo_lab import build_char_tokenizer, build_model
 
     trainer_class, config_class, dataset_class = function
-    output = tempfile.TemporaryDirectory(prefix="conformance-trl-")  # removed with the loss function
+    output = tempfile.TemporaryDirectory(prefix=f"conformance-{name}-")  # removed with the loss function
     args = config_class(output_dir=output.name, use_cpu=True, bf16=False,
                         report_to="none", per_device_train_batch_size=4, num_generations=4, **options)
     trainer = trainer_class(model=build_model("cpu-micro", seed=0), args=args, processing_class=build_char_tokenizer(),
