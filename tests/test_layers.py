@@ -128,24 +128,27 @@ def test_book_data_takes_its_file_digest_from_the_manifest():
     assert book_data.sha256_of is manifest.sha256_of
 
 
-def _heavy_after_importing_book_data(root: pathlib.Path) -> list[str]:
+def _heavy_after_importing(root: pathlib.Path, module: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of ``heavy`` a fresh interpreter has loaded after importing ``module`` from the package at ``root``."""
     import subprocess
     import sys
 
-    code = ("import sys, sapo_lab.book_data; "
-            "print(','.join(m for m in ('torch', 'pydantic', 'transformers') if m in sys.modules))")
+    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], check=True, cwd=root.parent, capture_output=True, text=True)
     return [m for m in out.stdout.strip().split(",") if m]
+
+
+BOOK_DATA_HEAVY = ("torch", "pydantic", "transformers")
 
 
 def test_book_data_loads_without_torch_or_pydantic(tmp_path):
     """A chapter's first cell imports sapo_lab.book_data to fetch its data: catches that import reaching torch or
     pydantic (the runs package importing its config eagerly, say); the planted copy shows the check can fail."""
-    assert _heavy_after_importing_book_data(PACKAGE) == []
+    assert _heavy_after_importing(PACKAGE, "sapo_lab.book_data", BOOK_DATA_HEAVY) == []
     root = _copy_package(tmp_path)
     init = root / "runs" / "__init__.py"
     init.write_text(init.read_text() + "\nfrom . import config  # noqa\n")
-    assert "pydantic" in _heavy_after_importing_book_data(root)
+    assert "pydantic" in _heavy_after_importing(root, "sapo_lab.book_data", BOOK_DATA_HEAVY)
 
 
 def test_a_planted_cycle_is_reported(tmp_path):
@@ -164,25 +167,15 @@ def test_the_loss_library_loads_without_transformers():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
 
 
-def _heavy_after_importing_explore(root: pathlib.Path) -> list[str]:
-    import subprocess
-    import sys
-
-    code = ("import sys, sapo_lab.viz.explore; "
-            "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=root.parent, capture_output=True, text=True)
-    return [m for m in out.stdout.strip().split(",") if m]
-
-
 def test_the_explorers_load_without_the_training_stack(tmp_path):
     """viz may import the loss library (torch) and runs (the plots' metrics reader), but the book's sliders
     (viz.explore) must not wait for torch. Catches an import of the loss library reaching the explorers
     (viz.explore or viz/__init__); the planted copy shows the check can fail."""
-    assert _heavy_after_importing_explore(PACKAGE) == []
+    assert _heavy_after_importing(PACKAGE, "sapo_lab.viz.explore", ("torch", "transformers")) == []
     root = _copy_package(tmp_path)
     explore = root / "viz" / "explore.py"
     explore.write_text(explore.read_text() + "\nfrom ..objective import gates  # noqa\n")
-    assert "torch" in _heavy_after_importing_explore(root)
+    assert "torch" in _heavy_after_importing(root, "sapo_lab.viz.explore", ("torch", "transformers"))
 
 
 def test_an_installed_package_holds_every_subpackage():
