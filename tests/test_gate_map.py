@@ -80,6 +80,23 @@ def test_verdicts_follow_the_interval_not_the_mean():
     text = standing.sentence()
     assert "above zero, in 1 (" in text and "below zero, in 1 (" in text and "holds zero in 1 (" in text
     assert "5 paired seeds" in text  # the seeds come from the cells, not from the prose
+    assert "By staleness: M = 8, 1 above, 1 below, 1 holding zero." in text
+
+
+def test_the_staleness_breakdown_groups_by_m_not_by_another_factor():
+    def at(m, gaps, lr):
+        s = Setting(f"sapo_M{m}", "sapo", 1.0, 1.05, lr, m)
+        g = Setting(f"grpo_M{m}", "grpo", 1.0, 1.05, lr, m)
+        cmp = compare({i: (0.5 + d, 0.5) for i, d in enumerate(gaps)}, s.method, g.method)
+        return Cell(s, g, len(gaps), len(gaps), False, cmp)
+
+    down = [-0.05, -0.06, -0.04, -0.05, -0.07]
+    wide = [0.3, -0.2, 0.25, -0.25, 0.1]
+    # the learning rates cross M: grouping by rate (or by the cells' order) gives other counts
+    cells = [at(16, down, 1e-4), at(2, wide, 1e-4), at(16, down, 2e-4), at(2, down, 2e-4)]
+    standing = where_the_gate_stands(cells)
+    assert standing.by_staleness() == {2: (0, 1, 1), 16: (0, 2, 0)}
+    assert "M = 2, 0 above, 1 below, 1 holding zero; M = 16, 0 above, 2 below, 0 holding zero" in standing.sentence()
 
 
 def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):

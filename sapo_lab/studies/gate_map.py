@@ -173,13 +173,24 @@ class GateStanding:
 
         partial = "" if self.complete == self.total else f" ({self.total - self.complete} cells not yet complete)"
         level = f"{self.level:.0%}"
+        per_m = "; ".join(f"M = {m}, {up} above, {down} below, {zero} holding zero"
+                          for m, (up, down, zero) in self.by_staleness().items())
         return (
             f"Of the {self.complete} complete cells of the map{partial}, SAPO's gate finishes above GRPO's clip, "
             f"with the {level} interval of the paired gap above zero, {where(self.helps)}; below it, with the "
             f"interval below zero, {where(self.hurts)}; and the interval holds zero {where(self.no_difference)}. "
+            f"By staleness: {per_m}. "
             f"Each cell is read alone at {self.seeds} paired seeds, without adjustment for the number of cells: "
             "the declared questions above are the confirmatory reading."
         )
+
+    def by_staleness(self) -> dict[int, tuple[int, int, int]]:
+        """Complete cells per M, in increasing M: (above zero, below zero, holding zero)."""
+        counts: dict[int, list[int]] = {}
+        for i, cells in enumerate((self.helps, self.hurts, self.no_difference)):
+            for c in cells:
+                counts.setdefault(c.sapo.staleness, [0, 0, 0])[i] += 1
+        return {m: tuple(counts[m]) for m in sorted(counts)}
 
 
 def _cell_name(cell: Cell) -> str:
