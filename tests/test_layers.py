@@ -8,6 +8,7 @@ import ast
 import pathlib
 
 import pytest
+from _heavy import heavy_modules_after
 
 from sapo_lab.layers import ALLOWED, SHARED, layer_of
 
@@ -130,12 +131,7 @@ def test_book_data_takes_its_file_digest_from_the_manifest():
 
 def _heavy_after_importing(root: pathlib.Path, module: str, heavy: tuple[str, ...]) -> list[str]:
     """Which of ``heavy`` a fresh interpreter has loaded after importing ``module`` from the package at ``root``."""
-    import subprocess
-    import sys
-
-    code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=root.parent, capture_output=True, text=True)
-    return [m for m in out.stdout.strip().split(",") if m]
+    return heavy_modules_after(f"import {module}", heavy, root.parent)
 
 
 BOOK_DATA_HEAVY = ("torch", "pydantic", "transformers")

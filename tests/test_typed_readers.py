@@ -11,10 +11,9 @@ import json
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
+from _heavy import heavy_modules_after
 
 from sapo_lab.runs import run_folder, study_folder
 from sapo_lab.runs.run_policy import classify
@@ -76,12 +75,8 @@ def test_a_chapter_reading_a_file_by_name_is_noticed(tmp_path):
 def _heavy_after_reading_results(package_parent: pathlib.Path) -> list[str]:
     code = ("import sys\nfrom sapo_lab.studies.results import load_study, study_names\n"
             "root = sys.argv[1]; s = load_study(study_names(root)[0], root); r = s.runs[0]\n"
-            "r.config, r.summary, r.cold_start_eval, r.rows, s.environment, s.declaration\n"
-            "print(','.join(m for m in ('torch', 'pydantic', 'transformers') if m in sys.modules))")
-    # run from the package's parent folder, so that its copy of sapo_lab is the one imported
-    out = subprocess.run([sys.executable, "-c", code, str(results_root())], check=True, cwd=package_parent,
-                         capture_output=True, text=True)
-    return [m for m in out.stdout.strip().split(",") if m]
+            "r.config, r.summary, r.cold_start_eval, r.rows, s.environment, s.declaration")
+    return heavy_modules_after(code, ("torch", "pydantic", "transformers"), package_parent, str(results_root()))
 
 
 def test_reading_results_imports_neither_torch_nor_pydantic(tmp_path):
