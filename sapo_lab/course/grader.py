@@ -1,9 +1,16 @@
-"""Grade a student's SAPO assignment module against the frozen outputs in ``assignment/expected.json``.
+"""Grade a student's SAPO assignment module, running the student's code in a separate, limited process.
 
-``python -m sapo_lab grade PATH_TO_MODULE [--train]`` prints the points of each part and, where a part fails,
-the plausible mistake whose frozen outputs the student's function reproduces. Exit status: 0 when every part
-graded passes, 1 otherwise, 2 when the module cannot be graded (it does not import, or it imports
-``sapo_lab.objective``, which would let it hand in the library's answer), always with one line.
+``python -m sapo_lab grade PATH_TO_MODULE [--train] [--seed N] [--time-limit S] [--allow-sapo-lab]`` prints the
+points of each part and, where a part fails, one line naming the mistake. The student's code runs only in child
+processes (``sandbox.py``): each has a time limit, its output is capped and never shown as the report, and it
+cannot import sapo_lab (unless ``--allow-sapo-lab``), read the package's files or the frozen outputs, or start
+processes. The inputs and the reference outputs stay in this process, which compares, reports and chooses the exit
+status: 0 when every part graded passes, 1 otherwise, 2 (one line) when the module cannot be graded.
+
+Each part is graded on the frozen cases of ``assignment/expected.json`` (which also hold the outputs of listed
+mistakes, so a failing part can be named) and on fresh cases drawn from ``--seed`` at grading time, whose
+reference outputs sapo_lab computes here. While part X is graded, the other parts' functions in the student's
+module are replaced by plain-torch answers (``substitutes.py``), so one bug costs one part.
 
 The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's trainer with the student's
 ``sapo_loss`` in place of the library's and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``.
@@ -11,19 +18,29 @@ The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's tra
 
 from __future__ import annotations
 
-import ast
 import importlib.util
+import inspect
 import json
 import math
+import os
+import secrets
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
+from . import substitutes
+from .sandbox import observe, observe_with_meta  # noqa: F401 - observe is the generator's recorder
 
-EXPECTED = Path(__file__).resolve().parents[2] / "assignment" / "expected.json"
+ROOT = Path(__file__).resolve().parents[2]
+EXPECTED = ROOT / "assignment" / "expected.json"
+SANDBOX = Path(__file__).resolve().with_name("sandbox.py")
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 AGGREGATIONS = ("per_response", "token_pool")
 # part -> (points, argument names in the order of the skeleton's signature)
 PARTS = {
@@ -35,12 +52,20 @@ PARTS = {
     "gspo_sequence_ratio": (10, ["logp", "behavior_logp", "mask"]),
     "update_loss": (10, ["logp", "behavior_logp", "rewards", "mask", "tau_pos", "tau_neg"]),
 }
+RATIO_PARTS = ("clipped_surrogate_loss", "sapo_gate", "sapo_loss", "gspo_sequence_ratio", "update_loss")
 TRAIN_POINTS = 15
 TRAIN_CONFIG = "cpu-tiny"
 # Pass@1 gain the training part requires: half of what a correct module reached when measured (cpu-tiny,
 # seed 0: 0.300 -> 0.892 in 238 steps before the preset's 290 s limit, 121 s of process CPU time).
 TRAIN_MIN_GAIN = 0.30
 ATOL = RTOL = 1e-6
+# The student's process: seconds it may run once torch is loaded, seconds torch may take to load, bytes of its
+# output kept, bytes any file it writes may reach.
+TIME_LIMIT_S = 120.0
+STARTUP_LIMIT_S = 600.0
+OUTPUT_CAP = 4096
+FILE_SIZE_CAP = 64 * 2**20
+FRESH_TAUS = (1.05, 2.0, 0.5)  # tau_neg (and the gate's tau) of each fresh case; never 1.0 = tau_pos
 
 
 class NotGradable(Exception):
@@ -55,41 +80,17 @@ def positional(part: str, args: tuple, kwargs: dict) -> list:
     return out
 
 
-def _grad(t):
-    if t is None or not bool(torch.any(t != 0)):
-        return None
-    return t.tolist()
-
-
-def observe(part: str, fn, kwargs: dict) -> dict:
-    """Call ``fn`` as the grader calls the student's function and return what is compared (JSON-ready)."""
-    kw = {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, list) else v for k, v in kwargs.items()}
-    for k, v in list(kw.items()):
-        if torch.is_tensor(v):
-            kw[k] = v.detach().clone().to(torch.float64)
-    if part == "group_advantages":
-        return {"value": torch.as_tensor(fn(**kw)).detach().tolist()}
-    if part == "masked_mean":
-        return {agg: float(fn(kw["values"], kw["mask"], aggregation=agg)) for agg in AGGREGATIONS}
-    if part == "sapo_gate":
-        return {"value": torch.as_tensor(fn(**kw)).detach().tolist()}
-    kw["logp"].requires_grad_(True)
-    kw["behavior_logp"].requires_grad_(True)
-    out = fn(**kw)
-    total = out.sum() if out.ndim else out
-    grads = torch.autograd.grad(total, [kw["logp"], kw["behavior_logp"]], allow_unused=True)
-    value = out.detach().tolist() if out.ndim else float(out.detach())
-    return {"value": value, "grad_logp": _grad(grads[0]), "grad_behavior_logp": _grad(grads[1])}
-
-
 def close(a, b) -> bool:
-    """Whether two recorded outputs (numbers, lists, dicts of them, or None) agree within the grader's tolerance."""
+    """Whether two recorded outputs (numbers, lists, dicts of them, or None) agree within the grader's tolerance:
+    the same structure, every non-number equal, every number finite and within ATOL + RTOL * |b| of ``b``."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isfinite(a) and abs(a - b) <= ATOL + RTOL * abs(b)
     return a == b
@@ -108,46 +109,296 @@ class PartResult:
 
 @dataclass
 class Report:
-    """Every part's result, in the handout's order."""
+    """Every part's result, in the handout's order, and the seed of the fresh inputs."""
 
     parts: list[PartResult] = field(default_factory=list)
+    seed: int | None = None
 
     @property
     def passed(self) -> bool:
         return all(p.earned == p.points for p in self.parts)
 
+    def part(self, name: str) -> PartResult:
+        return next(p for p in self.parts if p.part == name)
+
     def lines(self) -> list[str]:
-        out = [f"{p.part:24s} {p.earned:3d}/{p.points:<3d} {p.note}".rstrip() for p in self.parts]
+        out = [] if self.seed is None else [f"fresh inputs drawn from seed {self.seed} (--seed {self.seed} repeats them)"]
+        out += [f"{p.part:24s} {p.earned:3d}/{p.points:<3d} {p.note}".rstrip() for p in self.parts]
         total, earned = sum(p.points for p in self.parts), sum(p.earned for p in self.parts)
         out.append(f"{'total':24s} {earned:3d}/{total}")
         return out
 
 
-def _refuses(path: Path) -> str | None:
-    """Why the module may not be graded (it imports sapo_lab.objective), else None."""
+def expected_outputs(path: Path = EXPECTED) -> dict:
+    """The frozen inputs, expected outputs and known mistakes' outputs of every part (assignment/expected.json)."""
+    return json.loads(path.read_text())["parts"]
+
+
+# ---- what the student's process is asked to do ------------------------------------------------------------
+def _jsonable(kwargs: dict) -> dict:
+    return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in kwargs.items()}
+
+
+def fresh_calls(seed: int) -> dict:
+    """part -> [(kwargs, expected outputs)] on the batches drawn from ``seed``, the outputs computed by sapo_lab."""
+    from .reference import REFERENCE, arguments, fresh_cases
+
+    out = {part: [] for part in PARTS}
+    for case, tau in zip(fresh_cases(seed), FRESH_TAUS, strict=True):
+        for part in PARTS:
+            kwargs = _jsonable(arguments(part, case, tau))
+            ref = REFERENCE[part]
+            out[part].append((kwargs, observe(part, lambda *a, f=ref, p=part, **k: f(*positional(p, a, k)), kwargs)))
+    return out
+
+
+def _substitute_source(names) -> str:
+    return "import torch\n\n" + "\n\n".join(inspect.getsource(getattr(substitutes, n)) for n in names)
+
+
+@dataclass
+class ChildRun:
+    """What one student process left: its events (one dict per JSON line), exit status, and capped output."""
+
+    events: list
+    returncode: int | None
+    timed_out: bool
+    output: str
+
+    def first(self, event: str):
+        return next((e for e in self.events if e.get("event") == event), None)
+
+
+def _read_events(path: Path) -> list:
+    events = []
     try:
-        tree = ast.parse(path.read_text(), str(path))
-    except SyntaxError as exc:
-        raise NotGradable(f"{path} does not import: SyntaxError: {exc.msg} (line {exc.lineno})") from None
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        if any(n == "sapo_lab.objective" or n.startswith("sapo_lab.objective.") for n in names):
-            return f"{path} imports sapo_lab.objective (line {node.lineno}): hand in your own implementation"
+        text = path.read_text(errors="replace")
+    except OSError:
+        return events
+    for line in text.split("\n")[:-1]:  # complete lines only
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            events.append(record)
+    return events
+
+
+def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
+    """Run the student's process on ``request``: killed (with its process group) ``time_limit`` seconds after it
+    has loaded torch, or STARTUP_LIMIT_S after it started if it never does; output capped at OUTPUT_CAP bytes."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    req, res = workdir / "request.json", workdir / "result.jsonl"
+    req.write_text(json.dumps(request))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX), str(req), str(res)], cwd=workdir, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    if hasattr(__import__("resource"), "prlimit"):
+        import resource
+
+        try:
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
+        except (OSError, ValueError):
+            pass
+    kept = bytearray()
+
+    def drain():
+        while chunk := proc.stdout.read(65536):
+            if len(kept) < OUTPUT_CAP:
+                kept.extend(chunk[: OUTPUT_CAP - len(kept)])
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    started, ready_at, timed_out = time.monotonic(), None, False
+    while proc.poll() is None:
+        now = time.monotonic()
+        if ready_at is None and any(e.get("event") == "ready" for e in _read_events(res)):
+            ready_at = now
+        if (ready_at is not None and now - ready_at > time_limit) or now - started > STARTUP_LIMIT_S:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            break
+        time.sleep(0.05)
+    reader.join(timeout=5)
+    return ChildRun(_read_events(res), proc.returncode, timed_out, kept.decode(errors="replace"))
+
+
+def _blocked_paths(allow_sapo_lab: bool) -> tuple[list, list]:
+    return ([] if allow_sapo_lab else [str(PACKAGE_DIR)]), [str(EXPECTED)]
+
+
+def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
+                workers: int | None = None) -> dict:
+    """Run the student's functions on ``calls`` (part -> [(key, kwargs)]) in the processes of
+    ``substitutes.PROCESSES``; return key -> the call's result (``outputs`` and ``meta``, or ``error``).
+    NotGradable when the module is refused, does not import, or ends its process while importing."""
+    blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
+    requests = []
+    for graded, substituted in substitutes.PROCESSES:
+        todo = [{"part": p, "key": k, "kwargs": kw} for p in graded for k, kw in calls.get(p, [])]
+        if todo:
+            requests.append({
+                "module": str(Path(path).resolve()), "parts": list(PARTS), "calls": todo,
+                "substitute_names": list(substituted), "substitutes": _substitute_source(substituted),
+                "allow_sapo_lab": allow_sapo_lab, "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
+                "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
+            })
+    with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
+        workers = workers or max(1, min(len(requests), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            runs = list(pool.map(lambda ir: run_child(ir[1], Path(tmp) / f"p{ir[0]}", time_limit),
+                                 enumerate(requests)))
+    for run in runs:
+        refused = run.first("refused")
+        if refused:
+            raise NotGradable(f"{path} {refused.get('message', 'imports sapo_lab')}: hand in your own implementation "
+                              "(an instructor may allow sapo_lab with --allow-sapo-lab)")
+    for run in runs:
+        failed = run.first("import_failed")
+        if failed:
+            raise NotGradable(f"{path} does not import: {failed.get('message', '')}")
+        if run.first("imported") is None:
+            if run.first("ready") is None:
+                last = (run.output.strip().splitlines() or ["no output"])[-1][:200]
+                raise NotGradable(f"the grading process did not start (exit status {run.returncode}): {last}")
+            if run.timed_out:
+                raise NotGradable(f"{path} did not finish importing within the time limit ({time_limit:g} s)")
+            raise NotGradable(f"{path} ended the grading process while importing (exit status {run.returncode})")
+    results = {}
+    for run, request in zip(runs, requests, strict=True):
+        for e in run.events:
+            if e.get("event") == "result" and e.get("key") not in results:
+                results[e["key"]] = e
+        started = [e.get("key") for e in run.events if e.get("event") == "start"]
+        for call in request["calls"]:
+            key = call["key"]
+            if key in results:
+                continue
+            if started and key == started[-1]:
+                why = (f"exceeded the time limit ({time_limit:g} s)" if run.timed_out
+                       else f"ended the grading process (exit status {run.returncode})")
+            else:
+                why = "not graded: the grading process had already ended"
+            results[key] = {"error": why}
+    return results
+
+
+# ---- comparing, and naming what is wrong --------------------------------------------------------------------
+def _shape(x) -> list:
+    return [len(x)] + (_shape(x[0]) if x else []) if isinstance(x, list) else []
+
+
+def _form_problem(expected: dict, got: dict, meta: dict) -> str | None:
+    """A returned value of the wrong kind, shape or dtype, said in words; None when every one is right."""
+    for key, want in expected.items():
+        if key.startswith("grad_"):
+            continue
+        m = meta.get(key, {})
+        what = "the loss" if key == "value" and isinstance(want, float) else key.replace("_", "-")
+        if "type" in m:
+            kind = "a 0-d tensor" if not _shape(want) else f"a tensor of shape {tuple(_shape(want))}"
+            return f"returns a {m['type']} for {what}, not {kind}"
+        if m.get("shape") != _shape(want):
+            hint = " (a 0-d tensor: no keepdim, no [None])" if not _shape(want) else ""
+            return f"wrong shape: returns {tuple(m.get('shape', []))} for {what}, expected {tuple(_shape(want))}{hint}"
+        if m.get("dtype") != "float64":
+            return f"wrong dtype: returns {m.get('dtype')} for float64 inputs (compute in the inputs' dtype)"
     return None
 
 
-def load_module(path: str):
-    """Import the student's file as a fresh module; NotGradable with one line if it cannot be."""
+def _walk(got, want, path=""):
+    """(path, got, expected) for every number of ``want``, in order (got None where the structures differ)."""
+    if isinstance(want, dict):
+        for k in want:
+            yield from _walk(got.get(k) if isinstance(got, dict) else None, want[k], f"{path}.{k}" if path else k)
+    elif isinstance(want, list):
+        for i, w in enumerate(want):
+            g = got[i] if isinstance(got, list) and i < len(got) else None
+            yield from _walk(g, w, f"{path}[{i}]")
+    else:
+        yield path, got, want
+
+
+def _number(x) -> str:
+    return f"{x:.6g}" if isinstance(x, (int, float)) else str(x)
+
+
+def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
+    """The verdict on one part from its calls' results: ``frozen`` is [(case from expected.json, result)],
+    ``fresh`` is [(expected outputs, result)]; full points only when every call matches."""
+    points = PARTS[part][0]
+    calls = [(f"frozen case {i + 1}", case["expected"], case.get("mistakes", {}), res)
+             for i, (case, res) in enumerate(frozen)]
+    calls += [(f"fresh case {i + 1}", exp, {}, res) for i, (exp, res) in enumerate(fresh)]
+    for label, _, _, res in calls:
+        if "error" in res:
+            return PartResult(part, points, 0, f"{res['error']} ({label})")
+    for label, exp, _, res in calls:
+        problem = _form_problem(exp, res["outputs"], res.get("meta", {}))
+        if problem:
+            return PartResult(part, points, 0, f"{problem} ({label})")
+    failing = [(label, exp, mistakes, res["outputs"]) for label, exp, mistakes, res in calls
+               if not close(res["outputs"], exp)]
+    if not failing:
+        return PartResult(part, points, points, "ok")
+    named = [(mistakes, got) for _, _, mistakes, got in failing if mistakes]
+    scores = {}
+    for mistakes, got in named:
+        for name, out in mistakes.items():
+            scores[name] = scores.get(name, 0) + close(got, out)
+    best = max(scores, key=scores.get, default=None)
+    if best is not None and scores[best] > 0:
+        share = "" if scores[best] == len(named) else f" (matches {scores[best]} of {len(named)} failing frozen cases)"
+        return PartResult(part, points, 0, f"wrong; most likely mistake: {best}{share}", best)
+    for label, exp, _, got in failing:
+        for where, g, e in _walk(got, exp):
+            if isinstance(g, float) and not math.isfinite(g) and isinstance(e, (int, float)) and math.isfinite(e):
+                hint = ("; these inputs hold ratios up to e^7.5: does something overflow, e.g. exp(x) / (1 + exp(x))?"
+                        if part in RATIO_PARTS else "; a division by zero?")
+                return PartResult(part, points, 0, f"{g} at {where} where the reference is {_number(e)} ({label}){hint}")
+    for label, exp, _, got in failing:
+        if "grad_behavior_logp" in exp and exp["grad_behavior_logp"] is None and got.get("grad_behavior_logp"):
+            return PartResult(part, points, 0, f"a gradient reaches behavior_logp ({label}): detach behavior_logp")
+        if exp.get("grad_logp") is not None and got.get("grad_logp") is None:
+            return PartResult(part, points, 0, f"no gradient reaches logp ({label}): is the result detached?")
+    label, exp, _, got = failing[0]
+    for where, g, e in _walk(got, exp):
+        if not close(g, e):
+            return PartResult(part, points, 0, f"wrong at {where}: got {_number(g)}, expected {_number(e)} ({label})")
+    return PartResult(part, points, 0, f"wrong ({label})")
+
+
+def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
+          expected: dict | None = None, parts=None) -> Report:
+    """Grade every part (or ``parts``) of the student's module at ``path`` on the frozen cases and on fresh cases
+    drawn from ``seed`` (random when None, and stated in the report). NotGradable when it cannot be graded."""
     p = Path(path)
     if not p.is_file():
         raise NotGradable(f"{path}: no such file")
-    reason = _refuses(p)
-    if reason:
-        raise NotGradable(reason)
+    seed = secrets.randbelow(2**31) if seed is None else int(seed)
+    expected = expected or expected_outputs()
+    parts = list(parts or PARTS)
+    fresh = fresh_calls(seed)
+    calls = {part: [(f"{part}/frozen/{i}", case["inputs"]) for i, case in enumerate(expected[part])]
+             + [(f"{part}/fresh/{i}", kw) for i, (kw, _) in enumerate(fresh[part])] for part in parts}
+    results = run_student(str(p), calls, allow_sapo_lab, time_limit)
+    report = Report(seed=seed)
+    for part in parts:
+        frozen = [(case, results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
+        new = [(exp, results[f"{part}/fresh/{i}"]) for i, (_, exp) in enumerate(fresh[part])]
+        report.parts.append(judge_part(part, frozen, new))
+    return report
+
+
+def load_module(path: str):
+    """Import the student's file in this process (the training part only, after the isolated parts imported it)."""
+    p = Path(path)
     name = f"_sapo_assignment_{abs(hash(str(p.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, p)
     module = importlib.util.module_from_spec(spec)
@@ -159,54 +410,6 @@ def load_module(path: str):
     finally:
         sys.path.remove(str(p.resolve().parent))
     return module
-
-
-def expected_outputs(path: Path = EXPECTED) -> dict:
-    """The frozen inputs, expected outputs and known mistakes' outputs of every part (assignment/expected.json)."""
-    return json.loads(path.read_text())["parts"]
-
-
-def grade_part(module, part: str, cases: list[dict]) -> PartResult:
-    """Grade one function of the student's module on its frozen cases; name the known mistake it reproduces."""
-    points = PARTS[part][0]
-    fn = getattr(module, part, None)
-    if not callable(fn):
-        return PartResult(part, points, 0, f"missing: define {part}()")
-    failing = []
-    for i, case in enumerate(cases):
-        try:
-            got = observe(part, fn, case["inputs"])
-        except NotImplementedError:
-            return PartResult(part, points, 0, "not implemented")
-        except Exception as exc:  # noqa: BLE001 - a student's error is reported, not raised
-            return PartResult(part, points, 0, f"raises {type(exc).__name__}: {exc}".splitlines()[0][:160])
-        if not close(got, case["expected"]):
-            failing.append((i, got))
-    if not failing:
-        return PartResult(part, points, points, "ok")
-    return _diagnose(part, points, cases, failing)
-
-
-def _diagnose(part, points, cases, failing) -> PartResult:
-    """Name the frozen mistake that reproduces the student's outputs on the most failing cases."""
-    scores = {}
-    for i, got in failing:
-        for name, out in cases[i]["mistakes"].items():
-            scores[name] = scores.get(name, 0) + close(got, out)
-    best = max(scores, key=scores.get, default=None)
-    if best is not None and scores[best] > 0:
-        share = "" if scores[best] == len(failing) else f" (matches {scores[best]} of {len(failing)} failing cases)"
-        return PartResult(part, points, 0, f"wrong; most likely mistake: {best}{share}", best)
-    i, got = failing[0]
-    expected = cases[i]["expected"]
-    keys = [k for k in expected if not close(got.get(k), expected[k])]
-    return PartResult(part, points, 0, f"wrong in case {i + 1} ({', '.join(keys)}); no listed mistake matches")
-
-
-def grade(module, expected: dict | None = None) -> Report:
-    """Grade every part of the student's module (the training part is separate: ``train_part``)."""
-    expected = expected or expected_outputs()
-    return Report([grade_part(module, part, expected[part]) for part in PARTS])
 
 
 @contextmanager
@@ -254,14 +457,18 @@ def train_part(module, config: str = TRAIN_CONFIG, overrides: dict | None = None
     return PartResult("training", TRAIN_POINTS, TRAIN_POINTS if gain >= min_gain else 0, note), summary
 
 
-def run_grade(path: str, train: bool = False, out=print) -> int:
+def run_grade(path: str, train: bool = False, out=print, seed: int | None = None, allow_sapo_lab: bool = False,
+              time_limit: float = TIME_LIMIT_S) -> int:
     """The ``grade`` command: print the report; 0 all passed, 1 a part failed, 2 not gradable (one line)."""
+    if not (time_limit > 0 and math.isfinite(time_limit)):
+        print(f"error: --time-limit must be a positive number of seconds, got {time_limit!r}", file=sys.stderr)
+        return 2
     try:
-        module = load_module(path)
+        report = grade(path, seed=seed, allow_sapo_lab=allow_sapo_lab, time_limit=time_limit)
+        module = load_module(path) if train else None
     except NotGradable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = grade(module)
     if train:
         result, _ = train_part(module, log=None)
         report.parts.append(result)

@@ -1,6 +1,6 @@
 """Planted mistake: the update normalises rewards over the whole batch, not per group."""
-from wraps_sapo_lab import *  # noqa: F403
-from wraps_sapo_lab import group_advantages, sapo_loss
+from from_handout import *  # noqa: F403
+from from_handout import group_advantages, sapo_loss
 
 
 def update_loss(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05):

@@ -1,7 +1,7 @@
 """Planted mistake: max instead of min in the clipped surrogate."""
 import torch
-from wraps_sapo_lab import *  # noqa: F403
-from wraps_sapo_lab import masked_mean
+from from_handout import *  # noqa: F403
+from from_handout import masked_mean
 
 
 def clipped_surrogate_loss(logp, behavior_logp, advantages, mask, eps=0.2):

@@ -1,6 +1,6 @@
 """Planted mistake: the gate without its 4/tau prefactor."""
 import torch
-from wraps_sapo_lab import *  # noqa: F403
+from from_handout import *  # noqa: F403
 
 
 def sapo_gate(ratio, tau):

@@ -1,5 +1,5 @@
 """Planted mistake: the group's sample std (divided by G - 1)."""
-from wraps_sapo_lab import *  # noqa: F403
+from from_handout import *  # noqa: F403
 
 
 def group_advantages(rewards, eps=1e-6):

@@ -1,7 +1,7 @@
 """Planted mistake: tau_pos and tau_neg swapped in the SAPO loss."""
 import torch
-from wraps_sapo_lab import *  # noqa: F403
-from wraps_sapo_lab import masked_mean
+from from_handout import *  # noqa: F403
+from from_handout import masked_mean
 
 
 def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):

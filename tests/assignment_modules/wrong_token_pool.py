@@ -1,6 +1,6 @@
 """Planted mistake: the two aggregations swapped."""
-from wraps_sapo_lab import *  # noqa: F403
-from wraps_sapo_lab import masked_mean as _right
+from from_handout import *  # noqa: F403
+from from_handout import masked_mean as _right
 
 
 def masked_mean(values, mask, aggregation="per_response"):

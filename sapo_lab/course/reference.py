@@ -1,0 +1,139 @@
+"""The assignment's reference answers, computed by sapo_lab, and the grader's fresh inputs.
+
+The grader compares a student's functions with these in the grading (parent) process, never in the process that
+runs the student's code. Each reference takes keyword switches that turn it into one of the plausible mistakes
+``assignment/make_expected.py`` freezes (``use_max``, ``swap``, ``detach``, ...); called without them it is the
+definition the handout states. :func:`fresh_cases` draws the inputs a grading run adds to the frozen ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sapo_lab.objective.advantages import group_advantages
+from sapo_lab.objective.gates import soft_gate
+from sapo_lab.objective.masks import masked_mean
+
+
+def per_response(values, mask):
+    return masked_mean(values, mask, "per_response")
+
+
+def token_pool(values, mask):
+    return masked_mean(values, mask, "token_pool")
+
+
+def ref_advantages(rewards, eps=1e-6):
+    return group_advantages(rewards, eps)
+
+
+def ref_masked_mean(values, mask, aggregation="per_response"):
+    return masked_mean(values, mask, aggregation)
+
+
+def clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, agg=per_response, use_max=False, clip=True,
+              detach=True):
+    b = behavior_logp.detach() if detach else behavior_logp
+    r = torch.exp(logp - b)
+    a = advantages[:, None]
+    clipped = torch.clamp(r, 1 - eps, 1 + eps) if clip else r
+    pick = torch.maximum if use_max else torch.minimum
+    return agg(-pick(r * a, clipped * a), mask)
+
+
+def sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, *, swap=False, single=False,
+                    prefactor=True, sign=-1.0, detach=True):
+    b = behavior_logp.detach() if detach else behavior_logp
+    r = torch.exp(logp - b)
+    a = advantages[:, None].expand_as(logp)
+    pos, neg = (tau_neg, tau_pos) if swap else (tau_pos, tau_neg)
+    if single:
+        neg = pos
+    tau = torch.where(a > 0, torch.full_like(a, pos), torch.full_like(a, neg))
+    f = soft_gate(r, tau) if prefactor else torch.sigmoid(tau * (r - 1))
+    return sign * a * f
+
+
+def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, *, agg=per_response, **kw):
+    return agg(sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, **kw), mask)
+
+
+def seq_ratio(logp, behavior_logp, mask, *, padded=False, total=False, mean_of_ratios=False):
+    z = (logp - behavior_logp.detach())
+    m = torch.ones_like(mask) if padded else mask
+    if mean_of_ratios:
+        return (torch.exp(z) * m).sum(-1) / m.sum(-1)
+    s = (z * m).sum(-1)
+    return torch.exp(s if total else s / m.sum(-1))
+
+
+def update(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05, *, adv=ref_advantages, **kw):
+    return sapo_loss(logp, behavior_logp, adv(rewards).reshape(-1), mask, tau_pos, tau_neg, **kw)
+
+
+# part -> the reference, called with the skeleton's arguments in the skeleton's order
+REFERENCE = {
+    "group_advantages": ref_advantages,
+    "masked_mean": ref_masked_mean,
+    "clipped_surrogate_loss": clip_loss,
+    "sapo_gate": lambda ratio, tau: soft_gate(ratio, tau),
+    "sapo_loss": sapo_loss,
+    "gspo_sequence_ratio": seq_ratio,
+    "update_loss": update,
+}
+
+
+def batch(seed: int, prompts: int, group: int, tokens: int, *, far: bool = False) -> dict:
+    """One rollout batch in float64: padded responses (one full-length, one single-token), rewards with an
+    all-equal group and a single success. ``far`` adds token ratios far from 1 on both sides (up to about
+    e^7.5, where exp(x) / (1 + exp(x)) overflows, and down to about e^-4)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = prompts * group
+    lengths = torch.randint(1, tokens + 1, (n,), generator=gen)
+    lengths[0] = tokens
+    lengths[-1] = 1
+    mask = (torch.arange(tokens)[None, :] < lengths[:, None]).to(torch.float64)
+    behavior = -1.5 + 0.6 * torch.randn(n, tokens, generator=gen, dtype=torch.float64)
+    log_ratio = 0.45 * torch.randn(n, tokens, generator=gen, dtype=torch.float64)
+    if far:
+        far_high = torch.rand(n, tokens, generator=gen) < 0.2
+        far_low = (torch.rand(n, tokens, generator=gen) < 0.2) & ~far_high
+        log_ratio = torch.where(far_high, 1.0 + 6.5 * torch.rand(n, tokens, generator=gen, dtype=torch.float64),
+                                log_ratio)
+        log_ratio = torch.where(far_low, -1.0 - 3.0 * torch.rand(n, tokens, generator=gen, dtype=torch.float64),
+                                log_ratio)
+        log_ratio[0, 0] = 7.5  # a ratio of about 1800 on a response token, always
+    logp = behavior + log_ratio
+    rewards = torch.randint(0, 2, (prompts, group), generator=gen).to(torch.float64)
+    rewards[0] = 1.0  # a group with equal rewards: advantages exactly 0
+    rewards[-1, 0], rewards[-1, 1:] = 1.0, 0.0  # a single success
+    adv = group_advantages(rewards).reshape(-1)
+    return dict(logp=logp, behavior_logp=behavior, mask=mask, rewards=rewards, advantages=adv)
+
+
+def fresh_cases(seed: int) -> list[dict]:
+    """The batches a grading run draws from ``seed``: ratios far from 1, a G = 2 batch, padded responses."""
+    gen = torch.Generator().manual_seed(seed)
+    seeds = torch.randint(0, 2**31 - 1, (3,), generator=gen).tolist()
+    return [batch(seeds[0], 3, 4, 6, far=True), batch(seeds[1], 4, 2, 5, far=True), batch(seeds[2], 2, 5, 7)]
+
+
+def arguments(part: str, case: dict, tau: float = 1.05) -> dict:
+    """The keyword arguments of one graded call of ``part`` on a batch (tensors as given to the student)."""
+    c = case
+    if part == "group_advantages":
+        return {"rewards": c["rewards"]}
+    if part == "masked_mean":
+        return {"values": c["logp"], "mask": c["mask"]}  # called once per aggregation
+    if part == "sapo_gate":
+        return {"ratio": torch.exp(c["logp"] - c["behavior_logp"]).reshape(-1), "tau": tau}
+    common = {"logp": c["logp"], "behavior_logp": c["behavior_logp"], "mask": c["mask"]}
+    if part == "clipped_surrogate_loss":
+        return {**common, "advantages": c["advantages"], "eps": 0.2}
+    if part == "sapo_loss":
+        return {**common, "advantages": c["advantages"], "tau_pos": 1.0, "tau_neg": tau}
+    if part == "gspo_sequence_ratio":
+        return common
+    if part == "update_loss":
+        return {**common, "rewards": c["rewards"], "tau_pos": 1.0, "tau_neg": tau}
+    raise KeyError(part)

@@ -1,0 +1,202 @@
+"""The process that runs a student's code for the grader: ``python -I sandbox.py REQUEST RESULT``.
+
+It is started as a script, never imported as part of the package inside that process, so sapo_lab is not loaded
+there. It imports torch, then installs an audit hook (which no later code can remove) that refuses importing
+sapo_lab in any form, opening any file of the sapo_lab package or the frozen outputs, and starting processes; then
+it imports the student's module, and calls the requested parts on the inputs of REQUEST (JSON), writing one JSON
+line per event to RESULT. It never sees the reference outputs and decides nothing: the grading process compares.
+
+:func:`observe` (what is recorded of one call) is also used by the grading process and by
+``assignment/make_expected.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+AGGREGATIONS = ("per_response", "token_pool")
+SPAWN_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                "pty.spawn")
+
+
+def _values(x):
+    """What is compared of a returned value: a number, nested lists of numbers, or the type's name."""
+    import torch
+
+    if torch.is_tensor(x):
+        return x.detach().tolist()
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    return f"<{type(x).__name__}>"
+
+
+def _describe(x) -> dict:
+    import torch
+
+    if torch.is_tensor(x):
+        return {"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")}
+    return {"type": type(x).__name__}
+
+
+def _grad(t):
+    import torch
+
+    if t is None or not bool(torch.any(t != 0)):
+        return None
+    return t.tolist()
+
+
+def observe_with_meta(part: str, fn, kwargs: dict) -> tuple[dict, dict]:
+    """Call ``fn`` as the grader calls the student's function: the outputs compared (values, and for the losses and
+    GSPO's ratio the gradients with respect to ``logp`` and ``behavior_logp``, None where none flows) and, for
+    each returned value, its shape and dtype."""
+    import torch
+
+    kw = {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, list) else v for k, v in kwargs.items()}
+    for k, v in list(kw.items()):
+        if torch.is_tensor(v):
+            kw[k] = v.detach().clone().to(torch.float64)
+    if part in ("group_advantages", "sapo_gate"):
+        out = fn(**kw)
+        return {"value": _values(out)}, {"value": _describe(out)}
+    if part == "masked_mean":
+        outs = {agg: fn(kw["values"], kw["mask"], aggregation=agg) for agg in AGGREGATIONS}
+        return {agg: _values(v) for agg, v in outs.items()}, {agg: _describe(v) for agg, v in outs.items()}
+    kw["logp"].requires_grad_(True)
+    kw["behavior_logp"].requires_grad_(True)
+    out = fn(**kw)
+    grads = (None, None)
+    if torch.is_tensor(out) and out.requires_grad and out.numel():
+        total = out.sum() if out.ndim else out
+        grads = torch.autograd.grad(total, [kw["logp"], kw["behavior_logp"]], allow_unused=True)
+    recorded = {"value": _values(out), "grad_logp": _grad(grads[0]), "grad_behavior_logp": _grad(grads[1])}
+    return recorded, {"value": _describe(out)}
+
+
+def observe(part: str, fn, kwargs: dict) -> dict:
+    """The outputs :func:`observe_with_meta` records (what assignment/expected.json freezes)."""
+    return observe_with_meta(part, fn, kwargs)[0]
+
+
+class Guard:
+    """The audit hook: refuses sapo_lab (unless allowed), the blocked files and folders, and new processes."""
+
+    def __init__(self, blocked_dirs, blocked_files, refuse_package, here):
+        self.blocked_dirs = [os.path.realpath(d) + os.sep for d in blocked_dirs]
+        self.blocked_files = {os.path.realpath(f) for f in blocked_files}
+        self.refuse_package = refuse_package
+        self.here = here
+        self.refused = None
+
+    def _where(self) -> str:
+        """The innermost caller outside this file and importlib (frames only: reading source would open files)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name != self.here and not name.startswith("<frozen"):
+                return f" ({os.path.basename(name)}, line {frame.f_lineno})"
+            frame = frame.f_back
+        return ""
+
+    def _refuse(self, what: str, exc_type):
+        if self.refused is None:
+            self.refused = what + self._where()
+        raise exc_type(f"the grader refuses this: {what}")
+
+    def __call__(self, event, args):
+        if event == "import":
+            name = args[0]
+            if self.refuse_package and (name == "sapo_lab" or name.startswith("sapo_lab.")):
+                self._refuse(f"imports {name}", ImportError)
+        elif event == "open":
+            path = args[0]
+            if isinstance(path, (str, bytes)):
+                real = os.path.realpath(os.fsdecode(path))
+                if real in self.blocked_files or any(real.startswith(d) for d in self.blocked_dirs):
+                    self._refuse(f"opens {real}", PermissionError)
+        elif event.startswith(SPAWN_EVENTS):
+            self._refuse(f"starts a process ({event})", PermissionError)
+
+
+def _emit(out, **record) -> None:
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def main(argv) -> int:
+    request_path, result_path = argv[1], argv[2]
+    with open(request_path) as f:
+        request = json.load(f)
+    out = open(result_path, "w")  # noqa: SIM115 - kept open for the whole run, one line per event
+    import torch
+
+    torch.set_num_threads(1)
+    substitutes = {}
+    exec(request["substitutes"], substitutes)  # plain torch, sent by the grading process
+    sys.path[:0] = request.get("extra_sys_path", [])
+    here = os.path.realpath(__file__)
+    guard = Guard(request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here)
+    sys.addaudithook(guard)
+    _emit(out, event="ready")
+
+    path = request["module"]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec = importlib.util.spec_from_file_location("student_submission", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["student_submission"] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are reported too
+        if guard.refused:
+            _emit(out, event="refused", message=guard.refused)
+        else:
+            _emit(out, event="import_failed", message=_one_line(exc))
+        return 0
+    if guard.refused:
+        _emit(out, event="refused", message=guard.refused)
+        return 0
+    _emit(out, event="imported")
+    own = {name: getattr(module, name, None) for name in request["parts"]}
+    for call in request["calls"]:
+        part = call["part"]
+        for name, fn in substitutes.items():
+            if name in request["substitute_names"]:
+                setattr(module, name, fn)
+        fn = own.get(part)
+        if not callable(fn):
+            _emit(out, event="result", key=call["key"], error=f"missing: define {part}()")
+            continue
+        setattr(module, part, fn)
+        _emit(out, event="start", key=call["key"])
+        try:
+            recorded, meta = observe_with_meta(part, fn, call["kwargs"])
+        except NotImplementedError:
+            _emit(out, event="result", key=call["key"], error="not implemented")
+            continue
+        except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
+            if guard.refused:
+                break
+            _emit(out, event="result", key=call["key"], error=f"raises {_one_line(exc)}")
+            continue
+        if guard.refused:
+            break
+        _emit(out, event="result", key=call["key"], outputs=recorded, meta=meta)
+    if guard.refused:
+        _emit(out, event="refused", message=guard.refused)
+        return 0
+    _emit(out, event="done")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # the folder of this file (when not started with -I): sapo_lab's modules by short name
+    sys.exit(main(sys.argv))

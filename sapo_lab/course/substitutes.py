@@ -1,0 +1,54 @@
+"""Plain-torch answers the grader puts in place of a student's other functions while it grades one part.
+
+When part X is graded, the functions X may call (``masked_mean``, ``sapo_gate``, ...) are replaced in the
+student's module by these, so a bug in ``masked_mean`` costs only the ``masked_mean`` part. The grader sends the
+source of the ones a process needs (never the part it grades there) to the process running the student's code,
+which cannot import sapo_lab. Each is written from the handout's definitions with torch alone; a test holds them
+to sapo_lab's references.
+"""
+
+import torch
+
+
+def group_advantages(rewards, eps=1e-6):
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    std = centred.pow(2).mean(dim=1, keepdim=True).sqrt()
+    return centred / (std + eps)
+
+
+def masked_mean(values, mask, aggregation="per_response"):
+    m = mask.to(values.dtype)
+    if aggregation == "token_pool":
+        return (values * m).sum() / m.sum()
+    return ((values * m).sum(dim=-1) / m.sum(dim=-1)).mean()
+
+
+def sapo_gate(ratio, tau):
+    return (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
+
+
+def gspo_sequence_ratio(logp, behavior_logp, mask):
+    m = mask.to(logp.dtype)
+    return torch.exp(((logp - behavior_logp.detach()) * m).sum(dim=-1) / m.sum(dim=-1))
+
+
+def clipped_surrogate_loss(logp, behavior_logp, advantages, mask, eps=0.2):
+    r = torch.exp(logp - behavior_logp.detach())
+    a = advantages[:, None]
+    return masked_mean(-torch.minimum(r * a, r.clamp(1.0 - eps, 1.0 + eps) * a), mask)
+
+
+def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+    r = torch.exp(logp - behavior_logp.detach())
+    a = advantages[:, None].expand_as(logp)
+    tau = torch.where(a > 0, torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
+    return masked_mean(-a * sapo_gate(r, tau), mask)
+
+
+# the grading process of a part -> the parts it may substitute: those below it in the handout's dependency order
+LEAVES = ("group_advantages", "masked_mean", "sapo_gate", "gspo_sequence_ratio")
+PROCESSES = (
+    (LEAVES, ()),
+    (("clipped_surrogate_loss", "sapo_loss"), LEAVES),
+    (("update_loss",), LEAVES + ("clipped_surrogate_loss", "sapo_loss")),
+)
