@@ -297,7 +297,8 @@ def cmd_grade(args, overrides) -> int:
     """``grade``: grade a SAPO assignment module (0 all parts pass, 1 a part fails, 2 not gradable)."""
     from .course.grader import run_grade
 
-    return run_grade(args.module, train=args.train)
+    return run_grade(args.module, train=args.train, seed=args.seed, allow_sapo_lab=args.allow_sapo_lab,
+                     time_limit=args.time_limit)
 
 
 # ---------------------------------------------------------------- the flags of each command
@@ -382,6 +383,12 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
 def _grade_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("module", help="path of the student's module (assignment/sapo_assignment.py filled in)")
     p.add_argument("--train", action="store_true", help="also train cpu-tiny with the module's sapo_loss (minutes)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the fresh inputs graded beside the frozen ones (default: a new one, printed)")
+    p.add_argument("--time-limit", type=float, default=120.0,
+                   help="seconds the student's code may run in each grading process once torch is loaded")
+    p.add_argument("--allow-sapo-lab", action="store_true",
+                   help="instructor's switch: let the module import sapo_lab (refused by default)")
 
 
 def _conformance_flags(p: argparse.ArgumentParser) -> None:
