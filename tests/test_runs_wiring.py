@@ -13,9 +13,10 @@ import pytest
 from sapo_lab.runs import durable
 from sapo_lab.runs.checkpoint import CHECKPOINT_FILES
 from sapo_lab.runs.config import config_from_dict, leaf_keys, load_config
+from sapo_lab.runs.config_paths import flatten_config as flatten
 from sapo_lab.runs.manifest import write_manifest
 from sapo_lab.runs.run_folder import RESUMABLE, RunDirError, RunFolder, step_dir_name
-from sapo_lab.runs.run_policy import flatten, prepare
+from sapo_lab.runs.run_policy import prepare
 from sapo_lab.runs.study_folder import StudyFolder
 
 # ---------------------------------------------------------------- fsync before rename

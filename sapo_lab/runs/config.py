@@ -32,6 +32,7 @@ from pydantic.dataclasses import dataclass
 
 from ..objective.choices import AGGREGATIONS, IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..tasks import make_task
+from .config_paths import task_option_name
 from .config_values import Float, Int, IntList, Mapping, RuleBroken, nullable, one_line, one_of
 from .durable import write_json
 from .json_object import read_json_object
@@ -307,8 +308,11 @@ def leaf_keys(cls=TrainConfig, prefix: str = "") -> list[str]:
 
 
 def resolve_key(key: str) -> str:
-    """A dotted key, or a leaf name that is unique in the tree (``loss_type`` -> ``loss.loss_type``)."""
+    """A dotted key, a leaf name that is unique in the tree (``loss_type`` -> ``loss.loss_type``), or one
+    task option, ``task.options.NAME`` (the task checks the name when it is built)."""
     key = key.replace("-", "_")
+    if task_option_name(key):
+        return key
     keys = leaf_keys()
     if key in keys:
         return key
@@ -362,10 +366,8 @@ def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None)
     else:
         raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
     for key, value in (overrides or {}).items():
-        if key.replace("-", "_").startswith("task.options."):  # one task option: --task.options.max_digits 3
-            data = _merge(data, _nest(key.replace("-", "_"), _parse_option(value)))
-        else:
-            data = _merge(data, _nest(resolve_key(key), value))
+        key = resolve_key(key)
+        data = _merge(data, _nest(key, _parse_option(value) if task_option_name(key) else value))
     return _validated(data)
 
 

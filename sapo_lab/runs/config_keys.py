@@ -15,6 +15,8 @@ import textwrap
 import typing
 from dataclasses import dataclass
 
+from .config_paths import TASK_OPTIONS, flatten_config, task_option_name
+
 
 @dataclass(frozen=True)
 class ConfigKey:
@@ -56,20 +58,14 @@ def config_keys(tree=None) -> tuple[ConfigKey, ...]:
 
 
 def preset_values(preset: str) -> dict:
-    """The dotted keys a preset of ``PRESETS`` sets, with their values (``{}`` for an unknown name)."""
+    """The keys a preset of ``PRESETS`` sets, with their values (``{}`` for an unknown name); task options
+    are gathered back under ``task.options``, the key ``--help`` lists."""
     from .config import PRESETS
 
-    return _flatten(PRESETS.get(preset, {}), {k.key for k in config_keys()})
-
-
-def _flatten(d: dict, leaves: set, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and prefix + k not in leaves:  # a section, not a mapping-valued key
-            out.update(_flatten(v, leaves, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
+    flat = flatten_config(PRESETS.get(preset, {}))
+    options = {task_option_name(k): v for k, v in flat.items() if task_option_name(k)}
+    out = {k: v for k, v in flat.items() if not task_option_name(k)}
+    return {**out, TASK_OPTIONS: options} if options else out
 
 
 def as_typed(value) -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from .checkpoint import check_structure, checkpoint_dirs, checkpoint_step, latest_hint, select_checkpoint
 from .config import PRESETS, TrainConfig, config_from_dict, resolve_key
+from .config_paths import flatten_config
 from .durable import move
 from .manifest import MANIFEST, verify_manifest
 from .run_folder import (
@@ -118,7 +119,7 @@ def classify(run_dir: str) -> RunDirState:
 
 def config_differences(saved: dict, requested: dict, keys=None) -> list[tuple[str, object, object]]:
     """``[(dotted key, saved, requested)]`` for the keys (all if None) whose values differ."""
-    a, b = flatten(saved), flatten(requested)
+    a, b = flatten_config(saved), flatten_config(requested)
     keys = sorted(set(a) | set(b)) if keys is None else keys
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
 
@@ -315,17 +316,6 @@ def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prep
 # ---------------------------------------------------------------- the keys a user asked for
 
 
-def flatten(d: dict, prefix: str = "") -> dict:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, prefix + k + "."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
 def requested_keys(preset_or_file: str | None, overrides: dict) -> list[str]:
     """The config keys a user typed: the ``--key value`` overrides, plus every key the
     preset or JSON file sets when ``--config`` was given (``None``: it was not).
@@ -340,5 +330,5 @@ def requested_keys(preset_or_file: str | None, overrides: dict) -> list[str]:
         else:
             with open(preset_or_file) as f:  # load_config has already parsed it
                 data = json.load(f)
-        keys |= {resolve_key(k) for k in flatten(data)}
+        keys |= {resolve_key(k) for k in flatten_config(data)}
     return sorted(keys)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
 import sys
+
+from ..runs.kernels import KERNEL_SETTINGS, VARIABLES, current_kernel_setting, kernel_setting_env
 
 
 def kernel_fingerprint() -> str:
@@ -37,6 +40,28 @@ def kernel_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
+def kernel_fingerprint_under(name: str, timeout: float = 300.0) -> str:
+    """:func:`kernel_fingerprint` in a fresh interpreter under kernel setting ``name`` (torch reads the
+    variables once, so another setting needs another process)."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env.update(kernel_setting_env(name), OMP_NUM_THREADS="1")
+    code = "from sapo_lab.studies.environment import kernel_fingerprint; print(kernel_fingerprint())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"fingerprint under {name!r} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def matching_kernel_setting(fingerprints: set[str]) -> str | None:
+    """The first kernel setting (in :data:`KERNEL_SETTINGS` order) under which this machine's fingerprint is one
+    of ``fingerprints``; ``None`` when none is."""
+    for name in KERNEL_SETTINGS:
+        if kernel_fingerprint_under(name) in fingerprints:
+            return name
+    return None
+
+
 def capture_environment() -> dict:
     """The versions, commit, hardware, kernel fingerprint and command line of this invocation."""
     import torch
@@ -66,6 +91,7 @@ def capture_environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "kernel_fingerprint": kernel_fingerprint(),
+        "kernel_setting": current_kernel_setting(),
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "argv": sys.argv,
     }

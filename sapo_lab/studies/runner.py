@@ -24,6 +24,7 @@ import shutil
 import time
 
 from ..runs.identity import same_run
+from ..runs.kernels import apply_kernel_setting
 from ..runs.metric_names import DEV_PASS1
 from ..runs.study_folder import StudyFolder, StudyRunFolder
 from .environment import capture_environment
@@ -126,6 +127,7 @@ def run_study(
     run's trainer (tests interrupt through it).
     """
     study = load_declaration(path)
+    apply_kernel_setting(study.get("kernels", "native"))  # refused once torch has loaded with other kernels
     out = os.path.join(results_root, study["name"])
     runs = expand_runs(study, results_root)
     unknown = sorted(set(methods or []) - set(study["methods"]))

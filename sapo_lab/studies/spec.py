@@ -13,6 +13,7 @@
       "selection": [{"by": "best_dev"}, {"by": "final"}],   # checkpoints evaluated on eval
       "snapshot_every": "dev",               # weights kept at every dev step ("dev", N steps, or 0)
       "breakdown_samples": 4,                # samples per eval prompt for the per-family table
+      "kernels": "avx2",                     # optional: CPU kernel setting (sapo_lab.runs.kernels), default native
       "analysis": {...}                      # optional: the primary endpoint, comparisons and test
     }
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import re
 
 from ..runs.json_object import read_json_object
+from ..runs.kernels import kernel_setting_env
 from ..runs.metric_names import canonical
 
 STUDY_KEYS = {
@@ -58,6 +60,7 @@ STUDY_KEYS = {
     "snapshot_every",
     "breakdown_samples",
     "analysis",
+    "kernels",
 }
 ANALYSIS_KEYS = {"declared", "declared_utc", "endpoint", "alpha", "tests", "tuning", "contrasts", "exploratory"}
 DECLARED = ("before running", "post hoc")
@@ -119,6 +122,8 @@ def load_declaration(path: str) -> dict:
         raise ValueError(f"snapshot_every must be 'dev' or an integer >= 0, got {snap!r}")
     if not isinstance(study["breakdown_samples"], int) or study["breakdown_samples"] < 0:
         raise ValueError("breakdown_samples must be an integer >= 0 (0 = no per-family evaluation)")
+    if "kernels" in study:
+        kernel_setting_env(study["kernels"])
     if "analysis" in study:
         _check_analysis(study["analysis"], study)
     return study

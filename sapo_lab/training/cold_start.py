@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..runs.durable import TMP_SUFFIX, move, write_json
 from ..runs.identity import run_identity
+from ..runs.kernels import current_kernel_setting
 from ..runs.manifest import write_manifest
 from ..tasks import Task, task_for
 from .device import autocast_for
@@ -106,6 +107,13 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Tas
     return report
 
 
+def _kernel_subfolder() -> tuple[str, ...]:
+    """Cold starts trained under a non-native kernel setting (``sapo_lab.studies.environment.KERNEL_SETTINGS``)
+    are other weights: they are cached apart, so that one setting never loads another's."""
+    setting = current_kernel_setting()
+    return () if setting == "native" else (f"kernels-{setting or 'mixed'}",)
+
+
 def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
     """(model, tokenizer, report): the cached cold start for ``cfg``, trained if missing.
 
@@ -113,7 +121,7 @@ def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
     """
     task = task_for(cfg) if task is None else task
     key = cold_start_key(cfg)
-    cache = os.path.join(cfg.cold_start.cache_dir, key) if cfg.cold_start.cache_dir else ""
+    cache = os.path.join(cfg.cold_start.cache_dir, *_kernel_subfolder(), key) if cfg.cold_start.cache_dir else ""
     if cache and os.path.isfile(os.path.join(cache, "cold_start.json")):
         model, tok = load_model_and_tokenizer(cache)
         with open(os.path.join(cache, "cold_start.json")) as f:
