@@ -293,6 +293,20 @@ def cmd_conformance(args, overrides) -> int:
     return run_conformance(args)
 
 
+def cmd_doctor(args, overrides) -> int:
+    """``doctor``: the regime a run's logs show (on-policy, gate inert or active, zero-spread groups, collapse)."""
+    from .runs.doctor import diagnose, read_run, report
+
+    log = read_run(args.run_dir)
+    reading = diagnose(log)
+    print("\n".join(report(log, reading)), flush=True)
+    if not args.no_map:
+        from .studies.doctor_map import map_lines
+
+        print("\n".join(map_lines(reading.regime, reading.numbers["signal_removed_median"])))
+    return 0
+
+
 def cmd_grade(args, overrides) -> int:
     """``grade``: grade a SAPO assignment module (0 all parts pass, 1 a part fails, 2 not gradable)."""
     from .course.grader import run_grade
@@ -391,6 +405,12 @@ def _grade_flags(p: argparse.ArgumentParser) -> None:
                    help="instructor's switch: let the module import sapo_lab (refused by default)")
 
 
+def _doctor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN",
+                   help="a sapo_lab run folder (metrics.jsonl) or a TRL output folder (trainer_state.json)")
+    p.add_argument("--no-map", action="store_true", help="leave out what the book's gate map found nearby")
+
+
 def _conformance_flags(p: argparse.ArgumentParser) -> None:
     from .conformance.cli import add_flags  # argparse only: no torch for --help
 
@@ -418,6 +438,8 @@ COMMANDS = (
     Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
             _conformance_flags, cmd_conformance),
     Command("grade", "grade a SAPO assignment module against frozen outputs: PATH_TO_MODULE", _grade_flags, cmd_grade),
+    Command("doctor", "name the regime a run was in, from its logs: RUN (sapo_lab or TRL folder)", _doctor_flags,
+            cmd_doctor),
 )
 
 
