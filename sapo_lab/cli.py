@@ -261,6 +261,13 @@ def cmd_export_trl(args, overrides) -> int:
     return export_trl_command(args, overrides)
 
 
+def cmd_export_verl(args, overrides) -> int:
+    """``export-verl``: write run_verl.sh, the data files and reward.py that run this config on verl."""
+    from .integrations.verl_export import export_verl_command
+
+    return export_verl_command(args, overrides)
+
+
 def cmd_study(args, overrides) -> int:
     """``study``: run or continue a declared study, or (``--list``) list its runs and their status."""
     from .studies import expand_runs, load_declaration, run_status, run_study
@@ -385,6 +392,13 @@ def _export_trl_flags(p: argparse.ArgumentParser) -> None:
                    help="plain (text prompts, the default) or chat (messages through the tokenizer's chat template)")
 
 
+def _export_verl_flags(p: argparse.ArgumentParser) -> None:
+    _config_flags(p)
+    p.add_argument("--output-dir", required=True, help="directory for run_verl.sh, data/, reward.py, README.md")
+    p.add_argument("--model", dest="model_path", default=None,
+                   help="any Hugging Face causal LM (directory or hub name, e.g. Qwen/Qwen2.5-0.5B); default: the config's")
+
+
 def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", help="study file, e.g. experiments/main_comparison.json")
     p.add_argument("--results-root", default="results")
@@ -434,6 +448,8 @@ COMMANDS = (
     Command("compare", "train several loss types and seeds; write one results table", _compare_flags, cmd_compare),
     Command("export-trl", "write train_trl.py + accelerate config to run this config on TRL", _export_trl_flags,
             cmd_export_trl),
+    Command("export-verl", "write run_verl.sh (verl's main_ppo with Hydra overrides), data and reward to run this "
+            "config on verl", _export_verl_flags, cmd_export_verl),
     Command("study", "run or continue a declared study (experiments/NAME.json -> results/NAME/)", _study_flags, cmd_study),
     Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
             _conformance_flags, cmd_conformance),
