@@ -18,7 +18,7 @@ from sapo_lab.runs.config import TrainConfig, leaf_keys, load_config, resolve_ke
 from sapo_lab.runs.config_keys import config_keys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG_COMMANDS = ["train", "eval", "sample", "compare", "export-trl"]
+CONFIG_COMMANDS = ["train", "eval", "sample", "compare", "export-trl", "export-verl"]
 ENTRY = re.compile(r"^  --(?P<key>[\w.]+)(?:, --(?P<alias>\w+))?  \(default (?P<default>.*?)(?:; cpu-tiny: (?P<preset>.*))?\)$")
 
 
