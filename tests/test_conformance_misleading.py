@@ -63,6 +63,14 @@ def in_float32_cast_back(logp, old_logp, advantages, mask):
     return paper(logp.float(), old_logp.float(), advantages.float(), mask).to(logp.dtype)
 
 
+def in_bfloat16(logp, old_logp, advantages, mask):
+    return paper(logp.bfloat16(), old_logp.bfloat16(), advantages.bfloat16(), mask).to(logp.dtype)
+
+
+def in_float16(logp, old_logp, advantages, mask):
+    return paper(logp.half(), old_logp.half(), advantages.half(), mask).to(logp.dtype)
+
+
 def nan_everywhere(logp, old_logp, advantages, mask):
     tau = _tau(advantages, logp)
     r = torch.exp(torch.log(logp) - torch.log(old_logp))  # log of log-probs: NaN for every token
@@ -190,6 +198,15 @@ def test_a_loss_computing_in_float32_is_audited_in_float32(name, user_dir, capsy
     assert lines[0] == "DIFFERS in 1 of 14 checks (float32, token level)" and "computes in float32" in lines[1], text
     for invented in ("a detached weight", "no single tau", "other: no known aggregation"):
         assert invented not in text
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_loss_computing_in_sixteen_bits_is_audited_in_its_dtype(dtype, user_dir, capsys):
+    """Catches a 16-bit loss taken for float32 (or float64): the two are told apart by how fine a change of the
+    log-probs each rounds away."""
+    _, out, _ = _run([f"user_losses:in_{dtype}"], capsys)
+    lines = out.splitlines()
+    assert lines[0].endswith(f"({dtype}, token level)") and f"computes in {dtype}" in lines[1], out
 
 
 def test_asking_float64_for_a_float32_loss_says_which_dtype_to_pass(user_dir, capsys):

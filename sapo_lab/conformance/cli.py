@@ -46,7 +46,7 @@ example:
   python -m sapo_lab conformance my_loss.py:sapo_loss --tau-pos 1.0 --tau-neg 1.05
   python -m sapo_lab conformance my_pkg.losses:sapo --details --json card.json --timeout 600
 
-A conforming audit calls the loss about 85 times (up to about 200 when it differs); progress goes
+A conforming audit calls the loss about 90 times (up to about 200 when it differs); progress goes
 to stderr with --progress, and by itself when one call takes 0.5 s or more.
 
 With one update per rollout (--updates-per-rollout 1) every ratio is 1: SAPO's gradient then
@@ -181,7 +181,7 @@ class WatchedLoss:
             self.first_call_s = time.monotonic() - t0
             if not self.progress and self.first_call_s >= SLOW_CALL_S:
                 self.progress = True
-                self.say(f"one call of the loss took {self.first_call_s:.1f} s and the audit makes about 85 "
+                self.say(f"one call of the loss took {self.first_call_s:.1f} s and the audit makes about 90 "
                          "to 200; progress follows (--timeout SECONDS limits the audit)")
         return out
 
@@ -222,7 +222,6 @@ NEAR_ONE_LOG_RATIOS = [[2.0**-6, -(2.0**-6)], [2.0**-5]]
 # A relative change of every log-prob that the dtype rounds away and every wider one keeps: a loss whose value
 # and gradient do not move under it computes in that dtype (or a narrower one), whatever dtype it returns.
 BELOW_RESOLUTION = {"float32": 2.0**-27, "float16": 2.0**-14, "bfloat16": 2.0**-10}
-VISIBLE_TO_ALL = 2.0**-5  # a relative change every dtype keeps: the outputs of a loss that reads its inputs move
 NARROWER = {"float64": ("float32", "float16", "bfloat16"), "float32": ("float16", "bfloat16")}
 
 
@@ -289,7 +288,8 @@ def preflight(fn, dtype_name: str | None) -> tuple[str, str]:
     near = make_batch(NEAR_ONE_LOG_RATIOS, PLAIN_ADVANTAGES, 2)
     reference = _probe(fn, near, dtype) if NARROWER.get(asked) else None
     if reference is not None and bool((reference[1][near.mask] != 0).all()):  # no gradient held at 0 by a clamp
-        control = _probe(fn, _scaled(near, 1.0 + VISIBLE_TO_ALL), dtype)
+        control = _probe(fn, make_batch([[2 * z for z in zs] for zs in NEAR_ONE_LOG_RATIOS], PLAIN_ADVANTAGES, 2),
+                         dtype)  # log ratios doubled: a change every dtype keeps
         if control is None or (torch.equal(control[0], reference[0]) and torch.equal(control[1], reference[1])):
             return asked, ""  # the outputs do not follow the inputs at all (r held at 1): no evidence either way
         for name in NARROWER[asked]:
@@ -299,7 +299,7 @@ def preflight(fn, dtype_name: str | None) -> tuple[str, str]:
             narrower = name
     if narrower is None:
         return asked, ""
-    evidence = (f"its value and gradient do not move when every float64 log-prob changes by a relative "
+    evidence = (f"its value and gradient do not move when every {asked} log-prob changes by a relative "
                 f"{BELOW_RESOLUTION[narrower]:.2g}, which {narrower} rounds away")
     if dtype_name is not None:
         raise ConformanceUsageError(
