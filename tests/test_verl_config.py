@@ -16,9 +16,11 @@ import warnings
 
 import pytest
 
-pytest.importorskip("hydra", reason="composing verl's config needs Hydra: bash tools/ci_verl_export.sh")
-pytest.importorskip("verl", reason="verl is not installed here: bash tools/ci_verl_export.sh")
+if not os.environ.get("SAPO_LAB_REQUIRE_VERL"):  # the verl leg sets it: there a missing verl fails, never skips
+    pytest.importorskip("hydra", reason="composing verl's config needs Hydra: bash tools/ci_verl_export.sh")
+    pytest.importorskip("verl", reason="verl is not installed here: bash tools/ci_verl_export.sh")
 
+import hydra  # noqa: E402, F401
 import torch  # noqa: E402
 from _verl_job import script_overrides  # noqa: E402
 from verl.trainer.ppo.core_algos import compute_policy_loss_sapo, get_policy_loss_fn  # noqa: E402
