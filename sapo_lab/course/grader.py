@@ -252,8 +252,9 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
         workers = workers or max(1, min(len(requests), os.cpu_count() or 1))
         with ThreadPoolExecutor(workers) as pool:
-            runs = list(pool.map(lambda ir: run_child(ir[1], Path(tmp) / f"p{ir[0]}", time_limit),
-                                 enumerate(requests)))
+            outcomes = list(pool.map(lambda ir: _run_calls(ir[1], Path(tmp) / f"p{ir[0]}", time_limit),
+                                     enumerate(requests)))
+    runs = [run for process_runs, _ in outcomes for run in process_runs]
     for run in runs:
         refused = run.first("refused")
         if refused:
@@ -270,23 +271,34 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
             if run.timed_out:
                 raise NotGradable(f"{path} did not finish importing within the time limit ({time_limit:g} s)")
             raise NotGradable(f"{path} ended the grading process while importing (exit status {run.returncode})")
-    results = {}
-    for run, request in zip(runs, requests, strict=True):
+    return {key: result for _, results in outcomes for key, result in results.items()}
+
+
+def _run_calls(request: dict, workdir: Path, time_limit: float) -> tuple[list, dict]:
+    """Run ``request``'s calls; when a call hangs or ends the process, record that for the call and go on with
+    the calls after it in a fresh process, so one such call costs only its own part. Returns every process's
+    ChildRun and key -> result."""
+    runs, results, todo = [], {}, list(request["calls"])
+    while todo:
+        run = run_child({**request, "calls": todo}, workdir / f"run{len(runs)}", time_limit)
+        runs.append(run)
+        if run.first("imported") is None or run.first("refused") is not None:
+            break
         for e in run.events:
             if e.get("event") == "result" and e.get("key") not in results:
                 results[e["key"]] = e
         started = [e.get("key") for e in run.events if e.get("event") == "start"]
-        for call in request["calls"]:
-            key = call["key"]
-            if key in results:
-                continue
-            if started and key == started[-1]:
-                why = (f"exceeded the time limit ({time_limit:g} s)" if run.timed_out
-                       else f"ended the grading process (exit status {run.returncode})")
-            else:
-                why = "not graded: the grading process had already ended"
-            results[key] = {"error": why}
-    return results
+        stuck = started[-1] if started and started[-1] not in results else None
+        if stuck is not None:
+            results[stuck] = {"error": f"exceeded the time limit ({time_limit:g} s)" if run.timed_out
+                              else f"ended the grading process (exit status {run.returncode})"}
+        left = [c for c in todo if c["key"] not in results]
+        if len(left) == len(todo):  # no progress: the process ended before its first call
+            for c in left:
+                results[c["key"]] = {"error": f"not graded: the grading process ended (exit status {run.returncode})"}
+            break
+        todo = left
+    return runs, results
 
 
 # ---- comparing, and naming what is wrong --------------------------------------------------------------------

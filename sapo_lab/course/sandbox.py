@@ -96,7 +96,7 @@ class Guard:
         frame = sys._getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
-            if name != self.here and not name.startswith("<frozen"):
+            if name != self.here and not name.startswith("<frozen") and f"{os.sep}importlib{os.sep}" not in name:
                 return f" ({os.path.basename(name)}, line {frame.f_lineno})"
             frame = frame.f_back
         return ""
@@ -115,8 +115,12 @@ class Guard:
             path = args[0]
             if isinstance(path, (str, bytes)):
                 real = os.path.realpath(os.fsdecode(path))
-                if real in self.blocked_files or any(real.startswith(d) for d in self.blocked_dirs):
+                if real in self.blocked_files:
                     self._refuse(f"opens {real}", PermissionError)
+                for d in self.blocked_dirs:
+                    if real.startswith(d):
+                        shown = os.path.relpath(real, os.path.dirname(os.path.dirname(d)))
+                        self._refuse(f"imports or reads sapo_lab (opens {shown})", PermissionError)
         elif event.startswith(SPAWN_EVENTS):
             self._refuse(f"starts a process ({event})", PermissionError)
 
