@@ -17,5 +17,5 @@ fi
 echo "TRL environment ready in $(( $(date +%s) - start )) s"
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 export PYTHONPATH=$PWD SAPO_LAB_REQUIRE_TRL=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
-"$VENV/bin/python" -m pytest -q tests/test_trl_mapping.py tests/test_trl_equivalence.py tests/test_trl_export.py tests/test_trl_settings_reach.py "$@"
+"$VENV/bin/python" -m pytest -q tests/test_trl_mapping.py tests/test_trl_equivalence.py tests/test_trl_export.py tests/test_trl_settings_reach.py tests/test_trl_diagnostics.py "$@"
 echo "TRL leg wall time: $(( $(date +%s) - start )) s"

@@ -11,6 +11,7 @@ import json
 import os
 import time
 
+from ..runs.doctor import TRAINER_STATE
 from ..runs.durable import atomic_write, write_json
 from .trl import PROMPT_FORMATS, TESTED_TRL_VERSION, check_supported, per_device_batch_size
 
@@ -102,6 +103,11 @@ accelerate launch --multi_gpu --num_processes 2 train_trl.py --cpu --output-dir 
 
 Held-out Pass@1 of the result, with sapo_lab's evaluator:
 `python -m sapo_lab eval --config config.json --model run1/final_model`
+
+Which regime the gate was in (on-policy, inert, active; zero-spread groups; collapse), from the run's
+`trainer_state.json`: `python -m sapo_lab doctor run1`. With `loss_type` sapo the trainer is TRL's
+GRPOTrainer with SAPO's gate and ratio statistics added to its log as `sapo/...`
+(`sapo_lab/integrations/trl_diagnostics.py`; the loss is TRL's, unchanged).
 """
 
 
@@ -166,13 +172,15 @@ def _load_policy(cfg, model_name: str, splits, log):
 
 
 def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plain", log=print) -> dict:
-    """Train ``cfg`` with ``trl.GRPOTrainer``; write ``final_model/`` and ``trl_summary.json`` in ``output_dir``."""
+    """Train ``cfg`` with ``trl.GRPOTrainer`` (for SAPO, with its gate statistics logged: :mod:`.trl_diagnostics`);
+    write ``final_model/``, ``trainer_state.json`` (the log ``doctor`` reads) and ``trl_summary.json`` in ``output_dir``."""
     import torch
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
     from ..tasks import splits_for
     from .trl import default_task, reward_function, to_dataset, to_grpo_config
+    from .trl_diagnostics import sapo_diagnostics_trainer
 
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
@@ -196,7 +204,9 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
                 stopped["time_limit"] = True
                 control.should_training_stop = True
 
-    trainer = GRPOTrainer(
+    # SAPO's gate and ratio statistics join TRL's log (sapo/...; TRL logs none for sapo); the loss is TRL's.
+    trainer_class = sapo_diagnostics_trainer(GRPOTrainer) if cfg.loss.loss_type == "sapo" else GRPOTrainer
+    trainer = trainer_class(
         model=model, reward_funcs=reward, args=args, train_dataset=to_dataset(splits["train"], prompt_format),
         processing_class=tok, callbacks=[TimeLimit()],
     )
@@ -215,6 +225,7 @@ def run_trl(cfg, model_name: str, output_dir: str, *, prompt_format: str = "plai
     }
     if trainer.accelerator.is_main_process:
         tok.save_pretrained(final)
+        trainer.state.save_to_json(os.path.join(output_dir, TRAINER_STATE))  # the log python -m sapo_lab doctor reads
         write_json(os.path.join(output_dir, "trl_summary.json"), summary)
     return summary
 
