@@ -1,25 +1,32 @@
-"""SAPO assignment: implement the seven functions below with torch alone (no sapo_lab.objective).
+"""SAPO assignment: implement the seven functions below with torch alone (no sapo_lab).
 
 Grade it with ``python -m sapo_lab grade assignment/sapo_assignment.py`` (add ``--train`` for the last part).
 The handout (book/assignment_sapo.md, "A graded SAPO assignment" in the book) states every definition.
 Shapes: B responses, T tokens; ``mask`` is 0/1 (B, T) with 1 on response tokens; ``logp`` and
 ``behavior_logp`` are per-token log-probs of the sampled tokens under the current and the sampling policy;
-``advantages`` has one value per response, shape (B,). All tensors are float64 in the tests.
+``advantages`` has one value per response, shape (B,).
+
+What the grader checks (the handout's list): every input is float64 and every result must be a float64 tensor;
+masked_mean and the three losses return 0-d tensors; no gradient may reach ``behavior_logp`` wherever a ratio is
+formed (parts 3, 5, 6 and 7); ratios up to about 1800 occur (use torch.sigmoid); while one part is graded the
+others are replaced by correct ones, so call them by their names; importing sapo_lab in any form is refused.
 """
 
 import torch  # noqa: F401  (you will need it)
 
 
 def group_advantages(rewards, eps=1e-6):
-    """rewards (P, G) -> advantages (P, G): (R - group mean) / (group population std + eps)."""
+    """rewards (P, G) -> advantages (P, G): (R - group mean) / (group population std + eps), the population std
+    divided by G (not G - 1)."""
     raise NotImplementedError
 
 
 def masked_mean(values, mask, aggregation="per_response"):
     """Average per-token ``values`` (B, T) over the tokens where ``mask`` is 1.
 
-    "per_response": mean over each response's tokens, then mean over responses.
+    "per_response": mean over each response's tokens (divided by its length), then mean over responses.
     "token_pool":   one mean over every response token of the batch.
+    Returns a 0-d tensor.
     """
     raise NotImplementedError
 
@@ -42,7 +49,8 @@ def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
 
 
 def gspo_sequence_ratio(logp, behavior_logp, mask):
-    """GSPO's sequence ratio, shape (B,): exp of the mean of (logp - behavior_logp) over each response's tokens."""
+    """GSPO's sequence ratio, shape (B,): exp of the mean of (logp - behavior_logp) over each response's tokens.
+    No gradient may reach ``behavior_logp``."""
     raise NotImplementedError
 
 

@@ -209,3 +209,21 @@ def test_the_training_part_trains_with_the_students_loss(monkeypatch):
     result, _ = grader.train_part(module, "micro", MICRO, min_gain=-1.0, reward_fn=parity_reward)
     assert result.earned == 0 and result.note.startswith("training failed: RuntimeError: shape mismatch")
 
+
+
+def test_the_handout_states_what_the_grader_checks():
+    # catches: a grader constant changed without the handout (points, tolerance, time limit), or a checked rule
+    # (the GSPO detach once) missing from the page a student follows
+    handout = (ROOT / "book" / "assignment_sapo.md").read_text()
+    rows = {}
+    for line in handout.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].isdigit():
+            rows[cells[2].split("(")[0].strip("` ")] = int(cells[-2])
+    assert {k: v for k, v in rows.items() if k in grader.PARTS} == {k: p for k, (p, _) in grader.PARTS.items()}
+    assert rows["training"] == grader.TRAIN_POINTS
+    assert grader.ATOL == grader.RTOL == 1e-6 and "tolerance of $10^{-6}$" in handout
+    assert f"`--time-limit`, {grader.TIME_LIMIT_S:g} s by default" in handout
+    for rule in ("no gradient may reach\n  `behavior_logp`", "in all four parts, the GSPO ratio included", "0-d tensor",
+                 "float64 tensor", "population standard deviation", "torch.sigmoid"):
+        assert rule in handout, rule
