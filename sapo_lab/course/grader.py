@@ -13,7 +13,10 @@ reference outputs sapo_lab computes here. While part X is graded, the other part
 module are replaced by plain-torch answers (``substitutes.py``), so one bug costs one part.
 
 The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's trainer with the student's
-``sapo_loss`` in place of the library's and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``.
+``sapo_loss`` in place of the library's, for ``TRAIN_STEPS`` steps in a process of its own (``train_child.py``),
+and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``. That process is protected from nothing the
+module does inside it: it cannot touch this process's report or verdict, but a module that trains with the
+library there instead of its own loss is not detected.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ TRAIN_STEPS = 250
 TRAIN_SEED = 0
 TRAIN_OVERRIDES = {"optimization.max_steps": TRAIN_STEPS, "max_train_time_s": 0, "threads": 1, "seed": TRAIN_SEED}
 TRAIN_MIN_GAIN = 0.30
+# A guard against a hung training process, not part of the verdict (which the step budget decides); bytes of the
+# training process's output relayed to stderr.
+TRAIN_TIME_LIMIT_S = 3 * 3600.0
+TRAIN_OUTPUT_CAP = 256 * 1024
 ATOL = RTOL = 1e-6
 # The student's process: seconds it may run once torch is loaded, seconds torch may take to load, bytes of its
 # output kept, bytes any file it writes may reach.
@@ -412,7 +419,7 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
 
 
 def load_module(path: str):
-    """Import the student's file in this process (the training part only, after the isolated parts imported it)."""
+    """Import the student's file in this process (the training process, ``train_child.py``; never the grader's)."""
     p = Path(path)
     name = f"_sapo_assignment_{abs(hash(str(p.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, p)
@@ -464,12 +471,65 @@ def train_part(module, config: str = TRAIN_CONFIG, overrides: dict | None = None
         except Exception as exc:  # noqa: BLE001
             return PartResult("training", TRAIN_POINTS, 0,
                               f"training failed: {type(exc).__name__}: {exc}".splitlines()[0][:160]), None
-    gain = summary["pass1_gain"]
-    minutes = summary.get("elapsed_s", float("nan")) / 60 if "elapsed_s" in summary else None
-    took = f" in {minutes:.1f} min" if minutes is not None else ""
-    verdict = "ok" if gain >= min_gain else "below the required gain"
-    note = f"{verdict}: Pass@1 gain {gain:+.3f}{took} (required {min_gain:+.2f})"
-    return PartResult("training", TRAIN_POINTS, TRAIN_POINTS if gain >= min_gain else 0, note), summary
+    return training_verdict(summary["pass1_gain"], summary.get("steps"), min_gain), summary
+
+
+def training_verdict(gain: float, steps, min_gain: float = TRAIN_MIN_GAIN) -> PartResult:
+    """Full points when the held-out Pass@1 gain reaches ``min_gain``; the note states both."""
+    passed = isinstance(gain, (int, float)) and math.isfinite(gain) and gain >= min_gain
+    after = f" after {steps} steps" if steps is not None else ""
+    note = f"{'ok' if passed else 'below the required gain'}: Pass@1 gain {gain:+.3f}{after} (required {min_gain:+.2f})"
+    return PartResult("training", TRAIN_POINTS, TRAIN_POINTS if passed else 0, note)
+
+
+def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None = None,
+                   min_gain: float = TRAIN_MIN_GAIN, time_limit: float = TRAIN_TIME_LIMIT_S, err=None,
+                   reward: tuple[str, str] | None = None) -> PartResult:
+    """The training part in its own process (``train_child.py``): the student's module is imported and trained
+    there; its output (progress included) is relayed to ``err`` (stderr) up to TRAIN_OUTPUT_CAP bytes; the
+    numbers it returns are compared with ``min_gain`` here. ``reward`` (file, function name) replaces the task's
+    reward there."""
+    err = err or sys.stderr
+    with tempfile.TemporaryDirectory(prefix="sapo-train-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps({"module": str(Path(path).resolve()), "config": config, "reward": reward,
+                                   "overrides": TRAIN_OVERRIDES if overrides is None else overrides}))
+        proc = subprocess.Popen([sys.executable, "-m", "sapo_lab.course.train_child", str(req), str(res)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        shown = [0]
+
+        def relay():
+            while chunk := proc.stdout.read(4096):
+                if shown[0] < TRAIN_OUTPUT_CAP:
+                    err.write(chunk[: TRAIN_OUTPUT_CAP - shown[0]].decode(errors="replace"))
+                    err.flush()
+                shown[0] += len(chunk)
+
+        reader = threading.Thread(target=relay, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=time_limit)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            timed_out = True
+        reader.join(timeout=5)
+        try:
+            record = json.loads(res.read_text())
+        except (OSError, ValueError):
+            record = None
+    if timed_out:
+        return PartResult("training", TRAIN_POINTS, 0, f"training exceeded its time limit ({time_limit:g} s)")
+    if not isinstance(record, dict):
+        return PartResult("training", TRAIN_POINTS, 0,
+                          f"the training process ended without a result (exit status {proc.returncode})")
+    if "error" in record:
+        return PartResult("training", TRAIN_POINTS, 0, str(record["error"])[:200])
+    if not isinstance(record.get("pass1_gain"), (int, float)):
+        return PartResult("training", TRAIN_POINTS, 0, str(record.get("note", "no result"))[:200])
+    return training_verdict(float(record["pass1_gain"]), record.get("steps"), min_gain)
 
 
 def run_grade(path: str, train: bool = False, out=print, seed: int | None = None, allow_sapo_lab: bool = False,
@@ -480,13 +540,13 @@ def run_grade(path: str, train: bool = False, out=print, seed: int | None = None
         return 2
     try:
         report = grade(path, seed=seed, allow_sapo_lab=allow_sapo_lab, time_limit=time_limit)
-        module = load_module(path) if train else None
     except NotGradable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if train:
-        result, _ = train_part(module, log=None)
-        report.parts.append(result)
+        print(f"training {TRAIN_CONFIG} for {TRAIN_STEPS} steps with your sapo_loss (progress on stderr)",
+              file=sys.stderr, flush=True)
+        report.parts.append(train_isolated(path))
     for line in report.lines():
         out(line)
     if not train:
