@@ -129,7 +129,8 @@ def trl_row(removed=None, max_log=None, zero=0.25, entropy=1.0, reward=0.5, loss
 
 
 # Catches: TRL's names not mapped (every TRL run "ratio not logged"), the closing row read as a step, a
-# checkpoint's trainer_state.json not found, and a log without the diagnostics given a regime anyway.
+# checkpoint's trainer_state.json not found, a log without the diagnostics given a regime anyway, and the null
+# statistics of a window that trained no token read as ratios of 1 (on-policy).
 def test_trl_trainer_state(tmp_path):
     plain = tmp_path / "plain"
     write_trainer_state(plain, [trl_row(zero=z) for z in (0.7, 0.8, 0.9)])
@@ -155,6 +156,13 @@ def test_trl_trainer_state(tmp_path):
     reading = diagnose(read_run(str(collapsing)))
     assert reading.regime == "gate inert"
     assert [s.split()[0] for s in reading.collapse_signs] == ["entropy", "reward"]
+
+    untrained = tmp_path / "untrained"  # every group agreed: the diagnostics had no token and TRL logged null
+    write_trainer_state(untrained, [{**trl_row(removed=0.0, max_log=0.0, zero=1.0), **dict.fromkeys(
+        ["sapo/signal_removed_frac", "sapo/max_abs_log_ratio", "sapo/ratio_q01", "sapo/ratio_q99",
+         "sapo/gate_weight_mean"])}] * 2)
+    reading = diagnose(read_run(str(untrained)))
+    assert reading.regime == "no token trained" and reading.zero_spread_dominates
 
     nan = tmp_path / "nan"
     write_trainer_state(nan, [trl_row(removed=0.02, max_log=0.5), trl_row(removed=0.02, max_log=0.5, loss=math.nan)])

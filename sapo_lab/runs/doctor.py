@@ -327,12 +327,12 @@ def _collapse_signs(log: RunLog, t: Thresholds, numbers: dict) -> list[str]:
 
 
 def settings_text(log: RunLog) -> str:
-    """``sapo_lab run, loss_type sapo, M = 4, lr 0.01, tau+ 1 / tau- 1.05``, or what the log does not state."""
+    """``sapo_lab run, loss_type sapo, M = 4 (...), lr 0.01, τ+ 1 / τ- 1.05``, or that the log states no settings."""
     st = {k: v for k, v in log.settings.items() if v is not None}
     if not st:
         return f"{log.kind} run (its log states no settings)"
     parts = [f"loss_type {st['loss_type']}" if "loss_type" in st else None,
-             f"M = {st['staleness']} minibatches per rollout" if "staleness" in st else None,
+             f"M = {st['staleness']} (update minibatches per rollout batch)" if "staleness" in st else None,
              f"lr {st['learning_rate']:g}" if "learning_rate" in st else None,
              f"τ+ {st['tau_pos']:g} / τ- {st['tau_neg']:g}" if "tau_pos" in st and "tau_neg" in st else None]
     return f"{log.kind} run, " + ", ".join(p for p in parts if p)
