@@ -162,11 +162,34 @@ def test_the_frozen_comparison_fails_on_a_value_off_by_more_than_the_tolerance_o
     assert not grader.close(shorter, frozen)
 
 
-def test_the_cs336_adapters_agree_with_sapo_lab(monkeypatch):
+def load_adapters(monkeypatch):
     monkeypatch.setenv("SAPO_ASSIGNMENT", str(CORRECT))
     spec = importlib.util.spec_from_file_location("cs336_adapters", ROOT / "assignment" / "cs336_adapters.py")
     adapters = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(adapters)
+    return adapters
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+def test_the_cs336_masked_mean_averages_over_the_masked_elements_only(monkeypatch, dim):
+    # catches: a mean along a dimension divided by the width (padding counted) instead of the masked count
+    adapters = load_adapters(monkeypatch)
+    values = torch.arange(12, dtype=torch.float64).reshape(3, 4) ** 1.5
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 1]])
+    got = adapters.run_masked_mean(values, mask, dim)
+    rows = [[values[i][j].item() for j in range(4) if mask[i][j]] for i in range(3)]
+    cols = [[values[i][j].item() for i in range(3) if mask[i][j]] for j in range(4)]
+    if dim is None:
+        flat = [v for row in rows for v in row]
+        expected = [sum(flat) / len(flat)]
+    else:
+        groups = cols if dim == 0 else rows
+        expected = [sum(g) / len(g) for g in groups]
+    assert torch.allclose(got.reshape(-1), torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_the_cs336_adapters_agree_with_sapo_lab(monkeypatch):
+    adapters = load_adapters(monkeypatch)
     import sapo_lab
 
     gen = torch.Generator().manual_seed(0)
