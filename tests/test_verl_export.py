@@ -239,3 +239,21 @@ def test_run_script_stops_before_verl_on_a_planted_key_or_an_uneven_gpu_count(hf
     assert planted.returncode == 2 and planted.stderr.count("\n") == 1 and "policy_loss.tau_pos" in planted.stderr
     uneven = _run_script(hf_job, NGPUS="3")
     assert uneven.returncode == 2 and "must divide the 128 responses" in uneven.stderr  # 8 prompts x G = 16
+
+
+def test_the_export_writes_the_temperatures_where_the_settings_reach_audit_saw_them_arrive():
+    # the committed audit (results/conformance/settings_reach.json, verl section) and this export tell one story:
+    # the spelling that reached verl's SAPO loss is the one exported, the spellings that did not are refused
+    with open(os.path.join(ROOT, "results", "conformance", "settings_reach.json")) as f:
+        settings = json.load(f)["verl"]["settings"]
+    keys = {name: {o.split("=", 1)[0].lstrip("+") for o in s["overrides"]} for name, s in settings.items()}
+    reached = [name for name, s in settings.items() if s["tau_reached"]]
+    assert len(reached) == 1
+    tau_keys = {k for k, sources in m.sources(load_config("gpu-gpt2-small")).items()
+                if {"loss.sapo_temperature_pos", "loss.sapo_temperature_neg"} & set(sources)}
+    assert tau_keys == keys[reached[0]]
+    for s in settings.values():
+        if not s["tau_reached"]:
+            for override in s["overrides"]:
+                with pytest.raises(ValueError, match="is refused"):
+                    m.check_extra_overrides([override])
