@@ -26,6 +26,7 @@ RUNS = {
     "zero_spread": ({}, "constant"),
     "collapse": ({"optimization.steps_per_generation": 8, "optimization.learning_rate": 0.5,
                   "optimization.max_steps": 8}, "parity"),
+    "grpo": ({"loss.loss_type": "grpo"}, "spread"),
 }
 
 
@@ -108,6 +109,18 @@ def test_collapse(runs):
     assert any(sign.startswith("entropy fell") for sign in reading.collapse_signs)
     assert reading.verdict.endswith("signs of collapse")
     assert diagnose(read_run(runs["active"])).collapse_signs == []
+
+
+# Catches: a GRPO run's clip reported as SAPO's gate without a word, and SAPO's temperatures shown for a loss
+# that has none; the SAPO run gets neither the note nor loses its temperatures.
+def test_a_grpo_run_is_told_its_gate_is_the_clip(runs):
+    log = read_run(runs["grpo"])
+    lines = report(log, diagnose(log))
+    assert any("loss_type grpo: its 'gate' is" in line for line in lines)
+    assert "τ+" not in lines[-2] and "loss_type grpo" in lines[-2]
+    sapo = read_run(runs["active"])
+    lines = report(sapo, diagnose(sapo))
+    assert not any("its 'gate' is" in line for line in lines) and "τ+ 1 / τ- 1.05" in lines[-2]
 
 
 def write_trainer_state(folder, rows):

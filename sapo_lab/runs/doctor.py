@@ -281,6 +281,10 @@ def diagnose(log: RunLog, thresholds: Thresholds = THRESHOLDS) -> Reading:
                      f"importance-weighted signal over {len(removed)} steps (>= {t.inert_signal_removed:.0%}; at "
                      f"most {_percent(numbers['signal_removed_max'])}); max |log r| "
                      f"{numbers['max_abs_log_ratio']:.3g}{spread}")
+    loss_type = log.settings.get("loss_type")
+    if loss_type is not None and not str(loss_type).startswith("sapo") and regime.startswith("gate"):
+        lines.append(f"loss_type {loss_type}: its 'gate' is the kernel it weighs r with (a clip for grpo and gspo), "
+                     "not SAPO's soft gate")
     weights = _finite(s["gate_weight_mean"][i] for i in trained)
     if weights:
         numbers["gate_weight_mean_median"] = statistics.median(weights)
@@ -334,7 +338,8 @@ def settings_text(log: RunLog) -> str:
     parts = [f"loss_type {st['loss_type']}" if "loss_type" in st else None,
              f"M = {st['staleness']} (update minibatches per rollout batch)" if "staleness" in st else None,
              f"lr {st['learning_rate']:g}" if "learning_rate" in st else None,
-             f"τ+ {st['tau_pos']:g} / τ- {st['tau_neg']:g}" if "tau_pos" in st and "tau_neg" in st else None]
+             f"τ+ {st['tau_pos']:g} / τ- {st['tau_neg']:g}" if "tau_pos" in st and "tau_neg" in st
+             and str(st.get("loss_type", "sapo")).startswith("sapo") else None]
     return f"{log.kind} run, " + ", ".join(p for p in parts if p)
 
 
