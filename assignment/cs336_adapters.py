@@ -47,17 +47,24 @@ def run_compute_policy_gradient_loss(
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token loss (batch, seq). ``"sapo"``: -A f_tau(r) with tau_pos where A > 0, tau_neg otherwise.
-    The other methods are the course's own; this adapter answers only for ``"sapo"``."""
+    """Per-token loss (batch, seq). ``"sapo"``: the student's ``sapo_loss`` evaluated on each token as a one-token
+    response, so its temperature choice, sign, gate and detach are the ones tested (one call per token: meant for
+    tests, not for training). The other methods are the course's own; this adapter answers only for ``"sapo"``."""
     if importance_reweighting_method != "sapo":
         raise NotImplementedError("this adapter adds 'sapo'; the other methods are the course's own")
     if old_log_probs is None:
         raise ValueError("sapo needs old_log_probs")
-    adv = raw_rewards_or_advantages.reshape(-1)
-    ratio = torch.exp(policy_log_probs - old_log_probs.detach())
-    tau = torch.where(adv > 0, tau_pos, tau_neg).to(policy_log_probs.dtype)[:, None].expand_as(ratio)
-    per_token = -adv[:, None] * STUDENT.sapo_gate(ratio, tau)
-    return per_token, {"ratio_mean": ratio.detach().mean()}
+    adv = raw_rewards_or_advantages.reshape(-1).to(policy_log_probs.dtype)
+    one = torch.ones(1, 1, dtype=policy_log_probs.dtype)
+    rows = []
+    for i in range(policy_log_probs.shape[0]):
+        rows.append(torch.stack([
+            STUDENT.sapo_loss(policy_log_probs[i:i + 1, t:t + 1], old_log_probs[i:i + 1, t:t + 1], adv[i:i + 1], one,
+                              tau_pos, tau_neg).reshape(())
+            for t in range(policy_log_probs.shape[1])]))
+    per_token = torch.stack(rows)
+    ratio = torch.exp(policy_log_probs - old_log_probs).detach()
+    return per_token, {"ratio_mean": ratio.mean()}
 
 
 def run_masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

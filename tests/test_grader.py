@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,24 @@ def test_the_cs336_masked_mean_averages_over_the_masked_elements_only(monkeypatc
         groups = cols if dim == 0 else rows
         expected = [sum(g) / len(g) for g in groups]
     assert torch.allclose(got.reshape(-1), torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_the_cs336_sapo_branch_is_the_students_sapo_loss(monkeypatch):
+    # catches: the adapter computing the temperature choice itself (a student's swapped temperatures unseen)
+    monkeypatch.setenv("SAPO_ASSIGNMENT", str(MODULES / "wrong_swapped_temperatures.py"))
+    spec = importlib.util.spec_from_file_location("cs336_adapters", ROOT / "assignment" / "cs336_adapters.py")
+    adapters = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(MODULES))
+    spec.loader.exec_module(adapters)
+    logp = torch.full((2, 1), -1.0, dtype=torch.float64)
+    old = torch.full((2, 1), -1.5, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    per_token, _ = adapters.run_compute_policy_gradient_loss(adv, logp, "sapo", old, tau_pos=1.0, tau_neg=3.0)
+    r = math.exp(0.5)
+    right = [-(4 / 1.0) / (1 + math.exp(-1.0 * (r - 1))), (4 / 3.0) / (1 + math.exp(-3.0 * (r - 1)))]
+    swapped = [-(4 / 3.0) / (1 + math.exp(-3.0 * (r - 1))), (4 / 1.0) / (1 + math.exp(-1.0 * (r - 1)))]
+    assert torch.allclose(per_token.reshape(-1), torch.tensor(swapped, dtype=torch.float64))
+    assert not torch.allclose(per_token.reshape(-1), torch.tensor(right, dtype=torch.float64))
 
 
 def test_the_cs336_adapters_agree_with_sapo_lab(monkeypatch):
