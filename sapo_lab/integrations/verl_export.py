@@ -142,7 +142,7 @@ verl's own SAPO example scripts pass `+actor_rollout_ref.actor.policy_loss.tau_p
 composes and then refuses at startup (`PolicyLossConfig` has no such field); `{script}` refuses it too.
 
 ```bash
-pip install "verl=={verl_version}" vllm && pip install --no-deps -e PATH_TO_SAPO_LAB   # sapo_lab for reward.py{cold_pip}
+pip install "verl=={verl_version}" vllm && {sapo_pip}
 # one GPU
 bash {script}
 # one node, N GPUs (N must divide {per_step})
@@ -203,7 +203,9 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None) -> li
             p=cfg.rollout.prompts_per_rollout, g=cfg.rollout.num_generations, mb=mb, k=k,
             per_step=mb * cfg.rollout.num_generations, n_train=len(splits["train"]), n_dev=len(splits["dev"]),
             steps=cfg.optimization.max_steps,
-            cold_pip=" and its requirements (the cold start)" if size_name else "",
+            sapo_pip=("pip install -e PATH_TO_SAPO_LAB   # sapo_lab and its requirements: reward.py, the cold start"
+                      if size_name else
+                      "pip install --no-deps -e PATH_TO_SAPO_LAB   # reward.py's verifier needs only the standard library"),
             cold_note=(f"\nThe model is sapo_lab's size name `{cfg.model.name_or_path}`: the first run trains "
                        f"sapo_lab's cold start (`sapo_lab train` with max_steps 0) into `{mapping.COLD_START_DIR}/` "
                        f"and verl starts from `{mapping.policy_path(cfg)}` (its character tokenizer included).\n"
