@@ -66,3 +66,14 @@ def test_a_module_that_patches_the_grader_while_training_changes_no_verdict(tmp_
 def test_the_training_verdict_compares_the_gain_with_the_threshold(gain, passes):
     result = grader.training_verdict(gain, 250)
     assert (result.earned == result.points) is passes and "after 250 steps" in result.note
+
+
+def test_the_training_part_stops_by_steps_never_by_the_clock():
+    # catches: the preset's wall-clock stop (290 s in cpu-tiny) left in force, which made the verdict depend on
+    # the machine's load, or a thread count left to the machine
+    from sapo_lab.runs.config import load_config
+
+    cfg = load_config(grader.TRAIN_CONFIG, {**grader.TRAIN_OVERRIDES, "loss.loss_type": "sapo"})
+    assert cfg.max_train_time_s == 0 and cfg.optimization.max_steps == grader.TRAIN_STEPS
+    assert cfg.threads == 1 and cfg.seed == grader.TRAIN_SEED
+    assert load_config(grader.TRAIN_CONFIG, {}).max_train_time_s > 0  # the override is what removes it
