@@ -268,13 +268,23 @@ def cmd_export_verl(args, overrides) -> int:
     return export_verl_command(args, overrides)
 
 
+def _choose_study_kernels(path: str) -> None:
+    """Set the CPU kernel setting a study declares (``"kernels"``) before torch loads: torch reads it once."""
+    from .runs.json_object import read_json_object
+    from .runs.kernels import apply_kernel_setting
+
+    declared = read_json_object(path, "study file").get("kernels", "native")
+    apply_kernel_setting(declared if isinstance(declared, str) else str(declared))
+
+
 def cmd_study(args, overrides) -> int:
     """``study``: run or continue a declared study, or (``--list``) list its runs and their status."""
-    from .studies import expand_runs, load_declaration, run_status, run_study
-
     m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
     if not m or not int(m[1]) < int(m[2]):
         raise ValueError(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
+    _choose_study_kernels(args.study)
+    from .studies import expand_runs, load_declaration, run_status, run_study
+
     if args.list:
         study = load_declaration(args.study)
         for run in expand_runs(study, args.results_root):
@@ -291,6 +301,17 @@ def cmd_study(args, overrides) -> int:
     )
     print(f"{res['status']}: {len(res['rows'])} finished runs; summary: {os.path.join(res['results'], 'summary.csv')}")
     return 130 if res["status"] == "interrupted" else 0
+
+
+def cmd_replicate(args, overrides) -> int:
+    """``replicate``: re-run one declared question of a committed study here and compare the answers."""
+    from .studies.replicate import replicate_command
+
+    m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+    if not m or not int(m[1]) < int(m[2]):
+        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
+    args.shard_pair, args.log_file = (int(m[1]), int(m[2])), sys.stderr
+    return replicate_command(args)
 
 
 def cmd_conformance(args, overrides) -> int:
@@ -408,6 +429,21 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _replicate_flags(p: argparse.ArgumentParser) -> None:
+    from .runs.kernels import KERNEL_SETTINGS  # the standard library only: --help stays fast
+
+    p.add_argument("study", help="a committed study in --results-root, e.g. confirm_addition")
+    p.add_argument("question", help="a declared test or tuning arm of it, e.g. Q1")
+    p.add_argument("--results-root", default="results", help="the committed results (default results); "
+                   "the replication goes to RESULTS_ROOT/replications/KERNEL_FINGERPRINT/STUDY/")
+    p.add_argument("--kernels", default="native", choices=list(KERNEL_SETTINGS),
+                   help="CPU kernel setting (sapo_lab/runs/kernels.py); avx2 on an AVX-512 machine computes what "
+                        "an AVX2-only one does")
+    p.add_argument("--shard", default="0/1", help="I/N: train only every N-th run (parallel processes), as for study")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the producer's time for it; train nothing")
+    p.add_argument("--no-progress", action="store_true")
+
+
 def _grade_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("module", help="path of the student's module (assignment/sapo_assignment.py filled in)")
     p.add_argument("--train", action="store_true", help="also train cpu-tiny with the module's sapo_loss (minutes)")
@@ -451,6 +487,8 @@ COMMANDS = (
     Command("export-verl", "write run_verl.sh (verl's main_ppo with Hydra overrides), data and reward to run this "
             "config on verl", _export_verl_flags, cmd_export_verl),
     Command("study", "run or continue a declared study (experiments/NAME.json -> results/NAME/)", _study_flags, cmd_study),
+    Command("replicate", "re-run one declared question of a committed study here; both answers side by side",
+            _replicate_flags, cmd_replicate),
     Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
             _conformance_flags, cmd_conformance),
     Command("grade", "grade a SAPO assignment module against frozen outputs: PATH_TO_MODULE", _grade_flags, cmd_grade),

@@ -143,7 +143,7 @@ def test_every_command_is_in_the_one_tree(capsys):
     # catches a subcommand parsed outside the tree (its own parser, its own error handling)
     subparsers = build_parser()._subparsers._group_actions[0].choices
     assert list(subparsers) == [c.name for c in COMMANDS]
-    assert {"study", "conformance", "grade", "doctor", *CONFIG_COMMANDS} == set(subparsers)
+    assert {"study", "replicate", "conformance", "grade", "doctor", *CONFIG_COMMANDS} == set(subparsers)
     assert "--results-root" in _help("study", capsys) and "--tau-pos" in _help("conformance", capsys)
 
 
@@ -157,6 +157,8 @@ def test_every_command_is_in_the_one_tree(capsys):
         (["conformance", "m:f", "--learning_rate", "1"], "unrecognized arguments"),
         (["doctor"], "required: RUN"),
         (["doctor", "run", "--learning_rate", "1"], "unrecognized arguments"),
+        (["replicate", "confirm_addition"], "required: question"),
+        (["replicate", "confirm_addition", "Q1", "--learning_rate", "1"], "unrecognized arguments"),
     ],
 )
 def test_study_and_conformance_errors_are_one_line(argv, match, capsys):

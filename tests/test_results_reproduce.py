@@ -2,22 +2,35 @@
 config on this machine, give the committed metrics rows.
 
 What a run decides (sampled answers, rewards, their reasons, every count) must match exactly; a
-floating-point statistic may differ only in its last bits (another CPU's kernels may sum in another
-order; that difference would show up in the counts within a few steps if it mattered). Timing
-fields are the machine's, not the run's. Catches: committing results from code that later changed
-(a new random draw, another loss, another advantage), or a config.json that is not what ran.
+floating-point statistic may differ only in its last bits. Timing fields are the machine's, not the
+run's. Catches: committing results from code that later changed (a new random draw, another loss,
+another advantage), or a config.json that is not what ran.
+
+Bit for bit holds only on the CPU kernels that made a run (``sapo_lab.runs.kernels``): on other kernels
+the cold start's float sums differ in the last bits, its early stop falls on another update and no
+metrics row can match (measured: confirm_addition's grpo_seed12, made on kernels 3e4c71dbff5a93f6,
+retrained natively on an AVX-512 machine, 702f7df38de0b07d, stopped its cold start at update 320
+instead of 360). So each committed run is retrained under the first kernel setting whose fingerprint
+is its producer's (an AVX-512 machine computes an AVX2 one's bits under ``avx2``); a study whose
+producer recorded no fingerprint is checked nowhere. Where no setting matches, the run is skipped with
+the reason, and what any machine can check still runs: the committed run's identity (its config and
+cold-start key) and a run repeated here twice, bit for bit.
 """
 
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from _micro import QUIET
+from _micro import QUIET, micro
 
 from sapo_lab.runs.config import config_from_dict
-from sapo_lab.studies.environment import kernel_fingerprint
+from sapo_lab.runs.kernels import KERNEL_SETTINGS, VARIABLES
+from sapo_lab.studies import environment
+from sapo_lab.studies.environment import producer_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX_STEPS = 10  # covers two dev evaluations (dev_every 5) and one gradient comparison (every 10)
@@ -32,36 +45,47 @@ TIMING = {"cached", "wall_s"}  # cold_start_eval.json: whether the cold start ca
 CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12"), ("confirm_addition", "gspo_seed12"), ("gate_map", "sapo_tau_x8.81_lr2e-4_M8_seed26")]  # noqa: E501 (one line: chapter 13 reads it)
 
 
-def producer_kernels(study: str) -> tuple[set, set]:
-    """The kernel fingerprints a study ran on, and those it is known not to reproduce on.
-
-    From each invocation in ``environment.json`` and from ``kernel_fingerprint.json`` where a
-    study ran before the field existed. CPUs with other vector units sum in another order: over a
-    cold start's updates the sampled tokens change, so a committed run is checked only where it can
-    reproduce bit for bit.
-    """
-    base = ROOT / "results" / study
-    env = json.loads((base / "environment.json").read_text())["invocations"]
-    known = {inv["kernel_fingerprint"] for inv in env if inv.get("kernel_fingerprint")}
-    excluded = set()
-    extra = base / "kernel_fingerprint.json"
-    if extra.is_file():
-        record = json.loads(extra.read_text())
-        known |= {record["kernel_fingerprint"]} - {None}
-        excluded |= set(record.get("differs_from", []))
-    return known, excluded
+def reproducing_setting(study: str) -> str | None:
+    """The kernel setting under which this machine computes what made ``study``'s runs; None where none does
+    (and always for a study whose producer recorded no fingerprint: it is never assumed reproducible)."""
+    known, _ = producer_kernels(ROOT / "results" / study)
+    return environment.matching_kernel_setting(known) if known else None
 
 
-def checkable_here(study: str) -> bool:
-    known, excluded = producer_kernels(study)
-    here = kernel_fingerprint()
-    return (not known or here in known) and here not in excluded
+def _fingerprints(monkeypatch, table):
+    monkeypatch.setattr(environment, "kernel_fingerprint_under", lambda name: table[name])
 
 
-def test_some_committed_run_is_checked_on_this_machine():
-    """Every machine checks at least one committed run: the studies were produced on two kinds of CPU, and
-    a reproduction test that skipped everything would pass without checking anything."""
-    assert any(checkable_here(study) for study, _ in CHECKED), f"kernels {kernel_fingerprint()} match no study"
+def test_an_unknown_kernel_is_never_treated_as_known(monkeypatch):
+    # A machine whose kernels match no producer under any setting: every study skips (catches a check that
+    # treats a study without a fingerprint, or with another, as reproducible here: main_comparison failed so).
+    _fingerprints(monkeypatch, {name: "feedfacefeedface" for name in KERNEL_SETTINGS})
+    assert {study: reproducing_setting(study) for study, _ in CHECKED} == {study: None for study, _ in CHECKED}
+
+
+def test_a_study_without_a_recorded_fingerprint_is_checked_nowhere(monkeypatch):
+    known, excluded = producer_kernels(ROOT / "results" / "main_comparison")
+    assert known == set() and excluded  # what the committed record says
+    # Even a machine matching every other fingerprint does not check it (catches `not known or ...`).
+    everything = {fp for study, _ in CHECKED for fp in producer_kernels(ROOT / "results" / study)[0]}
+    _fingerprints(monkeypatch, {name: next(iter(everything)) for name in KERNEL_SETTINGS})
+    assert reproducing_setting("main_comparison") is None
+
+
+def test_a_known_kernel_is_checked_under_the_first_setting_that_gives_it(monkeypatch):
+    # Catches skip logic that skips everything, or takes a later setting than the one that matches.
+    _fingerprints(monkeypatch, {"native": "702f7df38de0b07d", "avx2": "3e4c71dbff5a93f6", "scalar": "0"})
+    assert reproducing_setting("gate_map") == "native"
+    assert reproducing_setting("confirm_addition") == "avx2"
+    _fingerprints(monkeypatch, {"native": "3e4c71dbff5a93f6", "avx2": "3e4c71dbff5a93f6", "scalar": "0"})
+    assert reproducing_setting("confirm_addition") == "native"
+
+
+def test_the_checked_runs_name_their_producers_kernels():
+    """A checked study with no producer fingerprint would be skipped everywhere: the list would check nothing."""
+    unchecked = [study for study, _ in CHECKED if not producer_kernels(ROOT / "results" / study)[0]]
+    assert set(unchecked) <= {"main_comparison"}, unchecked  # the one kept for its identity check
+    assert len({s for s, _ in CHECKED} - set(unchecked)) >= 2
 
 
 @pytest.fixture(scope="module")
@@ -85,25 +109,54 @@ def _same(a, b, where):
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+@pytest.mark.parametrize(("study", "run_id"), CHECKED)
+def test_the_committed_run_identity_holds_on_any_machine(study, run_id):
+    """What no kernel changes: the saved config loads as itself, and the cold start it names is the one this
+    code would train (catches a config field renamed or re-defaulted, or a cold-start key computed otherwise)."""
+    from sapo_lab.runs.identity import same_run
+    from sapo_lab.training.cold_start import cold_start_key
+
+    run = ROOT / "results" / study / "runs" / run_id
+    saved = json.loads((run / "config.json").read_text())
+    cfg = config_from_dict(saved)
+    assert same_run(saved, cfg.to_dict())  # the rule the study runner resumes by
+    committed = json.loads((run / "cold_start_eval.json").read_text())["cold_start"]["key"]
+    assert cold_start_key(cfg) == committed
+
+
+@pytest.mark.slow
+def test_a_run_repeats_bit_for_bit_on_this_machine(tmp_path):
+    """Runs anywhere, whatever the kernels: the same config twice gives the same metrics rows (timings aside).
+    Catches an unseeded draw, a dict-order or thread-count dependence, a cache that changes numbers."""
+    from sapo_lab.training.trainer import train
+
+    cfg = micro()
+    for name in ("a", "b"):
+        train(cfg, str(tmp_path / name), **QUIET)
+    rows = [[json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+            for name in ("a", "b")]
+    assert len(rows[0]) == cfg.optimization.max_steps
+    for old, new in zip(*rows, strict=True):
+        _same(old, new, f"step {old['step']}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("study", "run_id"), CHECKED)
 def test_committed_run_prefix_reproduces(tmp_path, cold_start_cache, study, run_id):
     run = ROOT / "results" / study / "runs" / run_id
     if not (run / "metrics.jsonl").is_file():
         pytest.fail(f"{run} is not committed; the evidence chapters read it")
-    if not checkable_here(study):
-        pytest.skip(f"{study} ran on other CPU kernels than this machine's ({kernel_fingerprint()}): floats differ")
-    from sapo_lab.training.trainer import train
-
-    with open(run / "config.json") as f:
-        saved = json.load(f)
-    cfg = config_from_dict(saved)
-    # A shorter run is a prefix of the longer one only if the schedule does not look at max_steps.
-    assert cfg.optimization.lr_scheduler_type in ("constant", "constant_with_warmup")
-    cfg.optimization.max_steps = PREFIX_STEPS
-    cfg.cold_start.cache_dir = str(cold_start_cache)  # where the cache lives changes no number
+    setting = reproducing_setting(study)
+    if setting is None:
+        known, _ = producer_kernels(ROOT / "results" / study)
+        pytest.skip(f"{study} was made on kernels {sorted(known) or 'unrecorded'}; this machine gives "
+                    f"{ {n: environment.kernel_fingerprint_under(n) for n in KERNEL_SETTINGS} }: floats differ")
     out = tmp_path / "run"
-    train(cfg, str(out), **QUIET)
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env.update(KERNEL_SETTINGS[setting], OMP_NUM_THREADS="1")
+    cache = cold_start_cache / setting  # cold starts under different kernels are different weights
+    subprocess.run([sys.executable, str(Path(__file__).with_name("_retrain_prefix.py")), str(run), str(out),
+                    str(PREFIX_STEPS), str(cache)], env=env, check=True, timeout=1800)
     with open(run / "metrics.jsonl") as f:
         committed = [json.loads(line) for line, _ in zip(f, range(PREFIX_STEPS), strict=False)]
     with open(out / "metrics.jsonl") as f:

@@ -62,6 +62,29 @@ def matching_kernel_setting(fingerprints: set[str]) -> str | None:
     return None
 
 
+def producer_kernels(study_folder) -> tuple[set, set]:
+    """The kernel fingerprints a study's runs were made on, and those it is known not to reproduce on.
+
+    From each invocation in ``environment.json`` and from ``kernel_fingerprint.json`` where a study ran
+    before the field existed (its ``differs_from`` lists kernels measured not to reproduce it). A study
+    with no recorded fingerprint has an empty first set: it is reproducible nowhere that can be named.
+    """
+    import json
+
+    base = os.fspath(study_folder)
+    with open(os.path.join(base, "environment.json")) as f:
+        invocations = json.load(f)["invocations"]
+    known = {inv["kernel_fingerprint"] for inv in invocations if inv.get("kernel_fingerprint")}
+    excluded: set = set()
+    extra = os.path.join(base, "kernel_fingerprint.json")
+    if os.path.isfile(extra):
+        with open(extra) as f:
+            record = json.load(f)
+        known |= {record["kernel_fingerprint"]} - {None}
+        excluded |= set(record.get("differs_from", []))
+    return known - excluded, excluded
+
+
 def capture_environment() -> dict:
     """The versions, commit, hardware, kernel fingerprint and command line of this invocation."""
     import torch

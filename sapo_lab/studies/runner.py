@@ -68,7 +68,7 @@ def _snapshot_callback(run_dir: str, every, user_callback):
     return on_step_end
 
 
-def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> str:
+def _run_all(runs, out, study, actions, shard, log, progress, on_step_end, on_run_end=None) -> str:
     """Train or skip each run of this shard; returns ``completed`` or ``interrupted``."""
     from ..training.trainer import TrainingDiverged, train
 
@@ -85,6 +85,8 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
         if state == "done":
             actions[run["run_id"]] = "skipped"
             finish_record(run, run_dir, study)
+            if on_run_end is not None:
+                on_run_end(run["run_id"], "skipped")
             continue
         if state == "pending" and os.path.isdir(run_dir):
             shutil.rmtree(run_dir)  # died before its first checkpoint: nothing to resume
@@ -105,6 +107,8 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end) -> st
         if summary["status"] == "interrupted":
             return "interrupted"
         finish_record(run, run_dir, study)
+        if on_run_end is not None:
+            on_run_end(run["run_id"], actions[run["run_id"]])
     return "completed"
 
 
@@ -117,14 +121,17 @@ def run_study(
     on_step_end=None,
     shard: tuple[int, int] = (0, 1),
     methods: list[str] | None = None,
+    run_ids: set[str] | None = None,
+    on_run_end=None,
 ) -> dict:
     """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
 
     ``shard=(i, n)`` runs only runs ``i, i+n, ...`` (several processes can share a study);
     the summary covers every finished run. ``methods`` restricts this invocation to those
     methods' runs (a declared priority order: primary comparisons first); the shard index
-    counts within them. ``on_step_end(trainer, row)`` is passed to each
-    run's trainer (tests interrupt through it).
+    counts within them; ``run_ids`` restricts it further to those runs (a replicated question's).
+    ``on_step_end(trainer, row)`` is passed to each run's trainer (tests interrupt through it);
+    ``on_run_end(run_id, action)`` is called after each run this invocation visits (a progress bar).
     """
     study = load_declaration(path)
     apply_kernel_setting(study.get("kernels", "native"))  # refused once torch has loaded with other kernels
@@ -133,7 +140,7 @@ def run_study(
     unknown = sorted(set(methods or []) - set(study["methods"]))
     if unknown:
         raise ValueError(f"--methods: {unknown[0]!r} is not a method of study {study['name']!r}; it has {list(study['methods'])}")
-    todo = [r for r in runs if methods is None or r["method"] in methods]
+    todo = [r for r in runs if (methods is None or r["method"] in methods) and (run_ids is None or r["run_id"] in run_ids)]
     folder = StudyFolder(out)
     folder.start()
     declared = folder.declaration
@@ -149,7 +156,7 @@ def run_study(
     actions: dict[str, str] = {}
     status = "crashed"  # until the loop ends normally; recorded either way
     try:
-        status = _run_all(todo, out, study, actions, shard, log, progress, on_step_end)
+        status = _run_all(todo, out, study, actions, shard, log, progress, on_step_end, on_run_end)
     finally:
         env["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         env["wall_s"] = time.perf_counter() - t0

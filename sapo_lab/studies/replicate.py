@@ -1,0 +1,266 @@
+"""Replicating one declared question of a committed study on this machine.
+
+``python -m sapo_lab replicate STUDY QUESTION`` re-runs the runs one declared test (or tuning arm) of
+``results/STUDY`` needs, with the committed declaration's seeds and settings, into
+``results/replications/FINGERPRINT/STUDY/`` (resumable like any study), then reads the question
+there with the same code that reads the committed study and prints both answers side by side.
+
+The verdict is declared here, before any replication ran, and is the same for every question:
+
+* ``identical``: this machine's kernels are the producer's, and every endpoint value is equal;
+* ``consistent``: the two 95% intervals overlap and the replication's mean difference lies on the
+  committed mean's side of zero (any side when the committed interval holds zero);
+* ``not consistent``: otherwise.
+
+Whether the replication alone reaches the declared level (its own p below alpha) is reported
+beside the verdict, not folded into it: ten fresh-kernel pairs can miss a level the original
+reached and still agree with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..runs.durable import write_json
+from .results import Study
+
+REPLICATIONS = "replications"  # under the results folder: replications/FINGERPRINT/STUDY/
+RECORD = "replication.json"
+VERDICTS = ("identical", "consistent", "not consistent")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One declared question: its id, its wording and the methods (and grid cell) whose runs answer it."""
+
+    study: str
+    id: str
+    text: str
+    methods: tuple[str, ...]
+    cell: dict
+
+
+def find_question(study: Study, question_id: str) -> Question:
+    """The declared test or tuning arm ``question_id`` of ``study``; a one-line ``ValueError`` otherwise."""
+    plan = study.declaration.get("analysis")
+    if plan is None:
+        raise ValueError(f"study {study.name} declares no analysis: it has no questions to replicate")
+    for test in plan.get("tests", []):
+        if test["id"] == question_id:
+            return Question(study.name, test["id"], test["question"], (test["method"], test["reference"]),
+                            dict(test.get("cell") or {}))
+    for arm in plan.get("tuning", []):
+        if arm["id"] == question_id:
+            methods = tuple(m for ms in arm["arms"].values() for m in ms)
+            return Question(study.name, arm["id"], arm["question"], methods, {})
+    ids = [t["id"] for t in plan.get("tests", [])] + [a["id"] for a in plan.get("tuning", [])]
+    contrasts = [c["id"] for c in plan.get("contrasts", [])]
+    hint = f" ({question_id} is a contrast: replicate reads declared tests and tuning arms)" if question_id in contrasts else ""
+    raise ValueError(f"study {study.name} declares no question {question_id!r}{hint}; it declares {ids}")
+
+
+def question_runs(study: Study, question: Question, root: str) -> list[dict]:
+    """The declared runs (``expand_runs`` rows) that answer ``question``: its methods, in its cell."""
+    from .expansion import expand_runs
+    from .spec import grid_leaf
+
+    rows = []
+    for run in expand_runs(study.declaration, root):
+        if run["method"] not in question.methods:
+            continue
+        grid = {grid_leaf(k): v for k, v in run.get("grid", {}).items()}
+        if all(grid.get(grid_leaf(k), v) == v for k, v in question.cell.items()):
+            rows.append(run)
+    return rows
+
+
+def committed_wall(study: Study, run_ids) -> float | None:
+    """Seconds the producer's machine spent on these runs (their ``study_wall.json``), or None if unrecorded."""
+    total = 0.0
+    for run_id in run_ids:
+        wall = study.path / "runs" / run_id / "study_wall.json"
+        if not wall.is_file():
+            return None
+        total += sum(entry["wall_s"] for entry in json.loads(wall.read_text()))
+    return total
+
+
+def answer(study: Study, question: Question) -> dict:
+    """The question's declared result in ``study`` (:func:`sapo_lab.studies.analysis.primary_results`' entry)."""
+    from .analysis import primary_results
+
+    for entry in primary_results(study):
+        if entry["id"] == question.id:
+            return entry
+    raise KeyError(question.id)
+
+
+def _side(interval) -> str:
+    lo, hi = interval
+    return "below zero" if hi < 0 else "above zero" if lo > 0 else "holds zero"
+
+
+def verdict(committed: dict, here: dict, same_kernels: bool) -> str:
+    """The declared verdict (module docstring) from two :class:`~sapo_lab.studies.paired.PairedComparison` dicts."""
+    if same_kernels and committed["differences"] == here["differences"]:
+        return "identical"
+    (c_lo, c_hi), (h_lo, h_hi) = committed["t_interval"], here["t_interval"]
+    overlap = c_lo <= h_hi and h_lo <= c_hi
+    side = _side(committed["t_interval"])
+    same_side = side == "holds zero" or (here["mean"] < 0) == (committed["mean"] < 0)
+    return "consistent" if overlap and same_side else "not consistent"
+
+
+@dataclass
+class ReplicationRecord:
+    """What ``replicate`` concludes, as ``replication.json`` holds it."""
+
+    study: str
+    question: str
+    text: str
+    alpha: float
+    committed: dict  # PairedComparison.to_dict() plus p
+    here: dict
+    committed_kernels: list
+    here_kernels: str
+    here_kernel_setting: str | None
+    verdict: str
+    here_reaches_level: bool
+    committed_reaches_level: bool
+    runs: list
+    wall_s: float
+
+    def lines(self) -> list[str]:
+        """The side-by-side report: verdict first, then both answers with their intervals and kernels."""
+        def row(label, c, kernels):
+            lo, hi = c["t_interval"]
+            return (f"  {label:<14}{c['mean']:+.3f}  [{lo:+.3f}, {hi:+.3f}]  p {c['p']:.3f}  "
+                    f"{len(c['differences'])} pairs  kernels {kernels}")
+
+        method, reference = self.committed["method"], self.committed["reference"]
+        level = f"{100 * (1 - self.alpha):.0f}%"
+        return [
+            f"{self.study} {self.question}: {self.verdict.upper()} (the rule declared in sapo_lab.studies.replicate)",
+            f"  {self.text}",
+            f"  {method} - {reference}, mean paired difference of the endpoint with its {level} t interval:",
+            row("committed", self.committed, ", ".join(self.committed_kernels) or "unrecorded"),
+            row("this machine", self.here, self.here_kernels + (f" ({self.here_kernel_setting})"
+                                                                 if self.here_kernel_setting else "")),
+            f"  reaches the declared level (p < {self.alpha}): committed {'yes' if self.committed_reaches_level else 'no'}, "
+            f"here {'yes' if self.here_reaches_level else 'no'}",
+        ]
+
+
+def replication_root(results: str | os.PathLike, fingerprint: str) -> Path:
+    """``results/replications/FINGERPRINT``: a study replicated on one machine's kernels."""
+    return Path(results) / REPLICATIONS / fingerprint
+
+
+def conclude(committed: Study, replicated: Study, question: Question, here_kernels: str, wall_s: float) -> ReplicationRecord:
+    """Read ``question`` in both studies and apply the declared verdict."""
+    from ..runs.kernels import current_kernel_setting
+    from .environment import producer_kernels
+
+    alpha = committed.declaration["analysis"]["alpha"]
+    old, new = answer(committed, question), answer(replicated, question)
+    if new["comparison"] is None:
+        raise ValueError(f"{replicated.path}: {question.id} is {new['status']}; run replicate again to finish it")
+    c = {**old["comparison"].to_dict(), "p": old["p"]}
+    h = {**new["comparison"].to_dict(), "p": new["p"]}
+    known, _ = producer_kernels(committed.path)
+    return ReplicationRecord(
+        study=committed.name, question=question.id, text=question.text, alpha=alpha, committed=c, here=h,
+        committed_kernels=sorted(known), here_kernels=here_kernels, here_kernel_setting=current_kernel_setting(),
+        verdict=verdict(c, h, here_kernels in known), here_reaches_level=h["p"] < alpha,
+        committed_reaches_level=c["p"] < alpha, runs=sorted(r.run_id for r in replicated.runs
+                                                            if r.method in question.methods),
+        wall_s=wall_s,
+    )
+
+
+def write_record(record: ReplicationRecord, folder: str | os.PathLike) -> Path:
+    """``replication.json`` in the replicated study's folder, one entry per question (a rerun replaces its own)."""
+    path = Path(folder) / RECORD
+    entries = json.loads(path.read_text()) if path.is_file() else {}
+    entries[record.question] = asdict(record)
+    write_json(str(path), entries, sort_keys=True)
+    return path
+
+
+def read_records(results: str | os.PathLike) -> list[dict]:
+    """Every committed replication record under ``results/replications`` (no torch): what chapter 13 reads."""
+    out = []
+    for path in sorted((Path(results) / REPLICATIONS).glob(f"*/*/{RECORD}")):
+        out += list(json.loads(path.read_text()).values())
+    return out
+
+
+def plan_text(question: Question, runs: list[dict], todo: list[str], committed_s: float | None, cpu: str) -> str:
+    """What replicate is about to do, with the producer's time for it (the only measured estimate there is)."""
+    methods = ", ".join(question.methods)
+    head = f"replicate {question.study} {question.id}: {len(runs)} runs ({methods}), {len(todo)} to train here"
+    if not todo:
+        return head + "; all finished"
+    if committed_s is None:
+        return head + "; the producer recorded no time for them"
+    return (f"{head}; they took {committed_s / 60:.0f} min on the producer's machine ({cpu}), one process, "
+            f"about {committed_s / 60 / len(runs):.1f} min a run; the bar below re-estimates from this machine's runs")
+
+
+def replicate_command(args) -> int:
+    """``replicate STUDY QUESTION``: train the question's runs here, then print both answers and the verdict.
+
+    Exit status 0 when the verdict is ``identical`` or ``consistent``, 1 when ``not consistent``, 2 for a
+    user error, 130 when interrupted (rerun the same command to resume).
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    from ..runs.kernels import apply_kernel_setting
+    from .results import load_study
+    from .runner import run_status
+
+    apply_kernel_setting(args.kernels)  # before torch loads: torch reads it once
+    try:
+        committed = load_study(args.study, args.results_root)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    question = find_question(committed, args.question)
+    from .environment import kernel_fingerprint
+    from .runner import run_study
+
+    here = kernel_fingerprint()
+    root = replication_root(args.results_root, here)
+    runs = question_runs(committed, question, str(root))
+    folder = root / committed.name / "runs"
+    todo = [r["run_id"] for r in runs if run_status(str(folder / r["run_id"])) != "done"]
+    env = committed.environment["invocations"]
+    print(plan_text(question, runs, todo, committed_wall(committed, todo), env[0].get("processor", "?") if env else "?"),
+          file=args.log_file, flush=True)
+    if args.dry_run:
+        return 0
+    t0 = time.perf_counter()
+    if todo:
+        bar = tqdm(total=len(todo), unit="run", disable=args.no_progress, desc=f"{committed.name} {question.id}")
+        try:
+            res = run_study(str(committed.folder.declaration), str(root), log=lambda m: print(m, file=args.log_file),
+                            progress=False, run_ids={r["run_id"] for r in runs}, shard=args.shard_pair,
+                            on_run_end=lambda run_id, action: bar.update(0 if action == "skipped" else 1))
+        finally:
+            bar.close()
+        if res["status"] == "interrupted":
+            return 130
+    replicated = load_study(committed.name, root)
+    if any(run_status(str(folder / r["run_id"])) != "done" for r in runs):
+        left = sum(run_status(str(folder / r["run_id"])) != "done" for r in runs)
+        print(f"{left} of {len(runs)} runs still to finish (another shard?): run replicate again for the verdict")
+        return 0
+    record = conclude(committed, replicated, question, here, time.perf_counter() - t0)
+    path = write_record(record, root / committed.name)
+    print("\n".join(record.lines()))
+    print(f"record: {path}")
+    return 1 if record.verdict == "not consistent" else 0
