@@ -12,15 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sapo_lab.runs.identity import run_identity, same_run
 from sapo_lab.runs.manifest import MANIFEST, verify_manifest, write_manifest
 from sapo_lab.runs.study_folder import StudyFolder
 from sapo_lab.studies import environment
 from sapo_lab.studies.record import finish_record
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- run identity
 
@@ -75,24 +71,32 @@ def test_each_invocation_that_trained_a_run_keeps_its_wall_time(tmp_path):
                                                       {"action": "resume", "wall_s": 3.0}]
 
 
-def _git_head() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+def _repo(path: Path, content: str) -> str:
+    """A one-commit git repository holding sapo_lab/studies/environment.py; its HEAD."""
+    (path / "sapo_lab/studies").mkdir(parents=True)
+    (path / "sapo_lab/studies/environment.py").write_text(content)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "add", "-A"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", content], cwd=path, check=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True).stdout.strip()
 
 
-def test_the_environment_records_this_checkouts_commit_and_the_whole_command_line(tmp_path, monkeypatch):
-    # run from a folder outside any repository, as a study started elsewhere is: the commit is still sapo_lab's
+def test_the_environment_records_sapo_labs_commit_and_the_whole_command_line(tmp_path, monkeypatch):
+    # the study is started from another repository: the commit recorded is the one of the sapo_lab that runs
     # (catches git run in the cwd), and the argv is the whole command line (catches the program name alone)
-    if not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
-    monkeypatch.chdir(tmp_path)
+    installed, elsewhere = tmp_path / "installed", tmp_path / "elsewhere"
+    commit = _repo(installed, "# the sapo_lab that runs\n")
+    _repo(elsewhere, "# the user's project\n")
+    monkeypatch.setattr(environment, "__file__", str(installed / "sapo_lab/studies/environment.py"))
+    monkeypatch.chdir(elsewhere)
     monkeypatch.setattr(environment, "kernel_fingerprint", lambda: "0" * 16)
     argv = ["sapo_lab", "study", "experiments/gate_map.json", "--resume"]
     monkeypatch.setattr(sys, "argv", argv)
-    before = _git_head()
     captured = environment.capture_environment()
-    assert captured["git_commit"] in {before, _git_head()}   # another commit may land meanwhile
-    assert len(captured["git_commit"]) == 40
-    assert captured["argv"] == argv
+    assert (captured["git_commit"], captured["git_dirty"], captured["argv"]) == (commit, False, argv)
+    (installed / "sapo_lab/studies/environment.py").write_text("# edited\n")
+    assert environment.capture_environment()["git_dirty"] is True
 
 
 def test_the_kernel_fingerprint_leaves_torchs_random_stream_and_threads_as_they_were():
