@@ -77,3 +77,13 @@ def test_the_training_part_stops_by_steps_never_by_the_clock():
     assert cfg.max_train_time_s == 0 and cfg.optimization.max_steps == grader.TRAIN_STEPS
     assert cfg.threads == 1 and cfg.seed == grader.TRAIN_SEED
     assert load_config(grader.TRAIN_CONFIG, {}).max_train_time_s > 0  # the override is what removes it
+
+
+def test_the_training_threshold_sits_between_the_measured_gains():
+    # catches: the threshold lowered (a tenfold lower 0.014 is within the evaluation noise of a policy that does
+    # not move) or raised to where a correct module's measured gain fails
+    correct = min(grader.TRAIN_MEASURED["correct"].values())
+    flipped = max(grader.TRAIN_MEASURED["sign flipped"].values())
+    assert len(grader.TRAIN_MEASURED["correct"]) >= 3
+    assert 0.45 * correct <= grader.TRAIN_MIN_GAIN <= 0.5 * correct
+    assert grader.TRAIN_MIN_GAIN - flipped >= 0.3

@@ -63,7 +63,13 @@ TRAIN_CONFIG = "cpu-tiny"
 TRAIN_STEPS = 250
 TRAIN_SEED = 0
 TRAIN_OVERRIDES = {"optimization.max_steps": TRAIN_STEPS, "max_train_time_s": 0, "threads": 1, "seed": TRAIN_SEED}
-TRAIN_MIN_GAIN = 0.30
+# Held-out Pass@1 gains after TRAIN_STEPS steps, measured with assignment/measure_training.py on a loaded 2-core
+# machine: a correct module (tests/assignment_modules/from_handout.py) for three seeds (0.300 -> 0.916,
+# 0.262 -> 0.542, 0.311 -> 0.634), and the same module with its SAPO loss's sign flipped (0.300 -> 0.000).
+# Another machine changes the float rounding, and so the trajectory much as another seed does: the threshold is
+# half the smallest correct gain, 0.14 below it and 0.44 above the flipped sign.
+TRAIN_MEASURED = {"correct": {0: 0.6157, 1: 0.2803, 2: 0.3237}, "sign flipped": {0: -0.3003}}
+TRAIN_MIN_GAIN = math.floor(50 * min(TRAIN_MEASURED["correct"].values())) / 100  # half, rounded down: 0.14
 # A guard against a hung training process, not part of the verdict (which the step budget decides); bytes of the
 # training process's output relayed to stderr.
 TRAIN_TIME_LIMIT_S = 3 * 3600.0
