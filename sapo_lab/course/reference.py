@@ -16,23 +16,28 @@ from sapo_lab.objective.masks import masked_mean
 
 
 def per_response(values, mask):
+    """The mean over each response's tokens, then over responses (sapo_lab's masked_mean)."""
     return masked_mean(values, mask, "per_response")
 
 
 def token_pool(values, mask):
+    """One mean over every response token of the batch (sapo_lab's masked_mean)."""
     return masked_mean(values, mask, "token_pool")
 
 
 def ref_advantages(rewards, eps=1e-6):
+    """Part 1: sapo_lab's group advantages (population std)."""
     return group_advantages(rewards, eps)
 
 
 def ref_masked_mean(values, mask, aggregation="per_response"):
+    """Part 2: sapo_lab's masked_mean."""
     return masked_mean(values, mask, aggregation)
 
 
 def clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, agg=per_response, use_max=False, clip=True,
               detach=True):
+    """Part 3: GRPO's clipped surrogate loss; the switches make its listed mistakes."""
     b = behavior_logp.detach() if detach else behavior_logp
     r = torch.exp(logp - b)
     a = advantages[:, None]
@@ -43,6 +48,7 @@ def clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, agg=per_respons
 
 def sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, *, swap=False, single=False,
                     prefactor=True, sign=-1.0, detach=True):
+    """SAPO's per-token loss -A f_tau(r) (B, T); the switches make its listed mistakes."""
     b = behavior_logp.detach() if detach else behavior_logp
     r = torch.exp(logp - b)
     a = advantages[:, None].expand_as(logp)
@@ -55,10 +61,12 @@ def sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, *, swap=F
 
 
 def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, *, agg=per_response, **kw):
+    """Part 5: SAPO's loss, the per-token loss aggregated per response."""
     return agg(sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, **kw), mask)
 
 
 def seq_ratio(logp, behavior_logp, mask, *, padded=False, total=False, mean_of_ratios=False):
+    """Part 6: GSPO's sequence ratio (B,); the switches make its listed mistakes."""
     z = (logp - behavior_logp.detach())
     m = torch.ones_like(mask) if padded else mask
     if mean_of_ratios:
@@ -68,6 +76,7 @@ def seq_ratio(logp, behavior_logp, mask, *, padded=False, total=False, mean_of_r
 
 
 def update(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05, *, adv=ref_advantages, **kw):
+    """Part 7: the loss of one update from a (P, G) reward table."""
     return sapo_loss(logp, behavior_logp, adv(rewards).reshape(-1), mask, tau_pos, tau_neg, **kw)
 
 

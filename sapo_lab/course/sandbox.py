@@ -136,6 +136,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv) -> int:
+    """Import the student's module under the guard and run the request's calls (see the module's docstring)."""
     request_path, result_path = argv[1], argv[2]
     with open(request_path) as f:
         request = json.load(f)

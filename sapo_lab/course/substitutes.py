@@ -11,12 +11,14 @@ import torch
 
 
 def group_advantages(rewards, eps=1e-6):
+    """Part 1 written plainly."""
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     std = centred.pow(2).mean(dim=1, keepdim=True).sqrt()
     return centred / (std + eps)
 
 
 def masked_mean(values, mask, aggregation="per_response"):
+    """Part 2 written plainly."""
     m = mask.to(values.dtype)
     if aggregation == "token_pool":
         return (values * m).sum() / m.sum()
@@ -24,21 +26,25 @@ def masked_mean(values, mask, aggregation="per_response"):
 
 
 def sapo_gate(ratio, tau):
+    """Part 4 written plainly."""
     return (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
 
 
 def gspo_sequence_ratio(logp, behavior_logp, mask):
+    """Part 6 written plainly."""
     m = mask.to(logp.dtype)
     return torch.exp(((logp - behavior_logp.detach()) * m).sum(dim=-1) / m.sum(dim=-1))
 
 
 def clipped_surrogate_loss(logp, behavior_logp, advantages, mask, eps=0.2):
+    """Part 3 written plainly."""
     r = torch.exp(logp - behavior_logp.detach())
     a = advantages[:, None]
     return masked_mean(-torch.minimum(r * a, r.clamp(1.0 - eps, 1.0 + eps) * a), mask)
 
 
 def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+    """Part 5 written plainly."""
     r = torch.exp(logp - behavior_logp.detach())
     a = advantages[:, None].expand_as(logp)
     tau = torch.where(a > 0, torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))

@@ -14,6 +14,7 @@ import sys
 
 
 def main(argv) -> int:
+    """Train with the student's sapo_loss as the request says and write the summary's numbers to RESULT."""
     request_path, result_path = argv[1], argv[2]
     with open(request_path) as f:
         request = json.load(f)
