@@ -437,8 +437,8 @@ def _replicate_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-root", default="results", help="the committed results (default results); "
                    "the replication goes to RESULTS_ROOT/replications/KERNEL_FINGERPRINT/STUDY/")
     p.add_argument("--kernels", default="native", choices=list(KERNEL_SETTINGS),
-                   help="CPU kernel setting (sapo_lab/runs/kernels.py); avx2 on an AVX-512 machine computes what "
-                        "an AVX2-only one does")
+                   help="CPU kernel setting (sapo_lab/runs/kernels.py); avx2 on an AVX-512 machine comes close to "
+                        "an AVX2-only one (its fingerprint and early decisions, not every float bit)")
     p.add_argument("--shard", default="0/1", help="I/N: train only every N-th run (parallel processes), as for study")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the producer's time for it; train nothing")
     p.add_argument("--no-progress", action="store_true")

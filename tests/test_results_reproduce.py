@@ -51,10 +51,10 @@ TIMING = {"cached", "wall_s"}  # cold_start_eval.json: whether the cold start ca
 CHECKED = [("main_comparison", "sapo_seed0"), ("main_comparison", "grpo_seed0"), ("confirm_addition", "grpo_seed12"), ("confirm_addition", "gspo_seed12"), ("gate_map", "sapo_tau_x8.81_lr2e-4_M8_seed26")]  # noqa: E501 (one line: chapter 13 reads it)
 
 
-def reproducing_setting(study: str) -> str | None:
+def reproducing_setting(study: str, results: Path = ROOT / "results") -> str | None:
     """The kernel setting under which this machine computes what made ``study``'s runs; None where none does
     (and always for a study whose producer recorded no fingerprint: it is never assumed reproducible)."""
-    known, _ = producer_kernels(ROOT / "results" / study)
+    known, _ = producer_kernels(results / study)
     return environment.matching_kernel_setting(known) if known else None
 
 
@@ -74,13 +74,23 @@ def test_an_unknown_kernel_is_never_treated_as_known(monkeypatch):
     assert {study: reproducing_setting(study) for study, _ in CHECKED} == {study: None for study, _ in CHECKED}
 
 
-def test_a_study_without_a_recorded_fingerprint_is_checked_nowhere(monkeypatch):
-    known, excluded = producer_kernels(ROOT / "results" / "main_comparison")
-    assert known == set() and excluded  # what the committed record says
-    # Even a machine matching every other fingerprint does not check it (catches `not known or ...`).
+def test_a_study_without_a_recorded_fingerprint_is_checked_nowhere(monkeypatch, tmp_path):
+    # A study whose invocations recorded no fingerprint, as main_comparison's did before one was measured.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "environment.json").write_text(json.dumps({"invocations": [{"kernel_fingerprint": None}]}))
+    assert producer_kernels(tmp_path / "old") == (set(), set())
+    # Even a machine matching every committed fingerprint does not check it (catches `not known or ...`).
     everything = {fp for study, _ in CHECKED for fp in producer_kernels(ROOT / "results" / study)[0]}
     _fingerprints(monkeypatch, {name: next(iter(everything)) for name in KERNEL_SETTINGS})
-    assert reproducing_setting("main_comparison") is None
+    assert reproducing_setting("old", tmp_path) is None
+
+
+def test_kernels_a_study_is_known_not_to_reproduce_on_are_never_its_producers(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "environment.json").write_text(json.dumps({"invocations": [{"kernel_fingerprint": "a"}]}))
+    (tmp_path / "s" / "kernel_fingerprint.json").write_text(json.dumps({"kernel_fingerprint": "b",
+                                                                     "differs_from": ["a", "c"]}))
+    assert producer_kernels(tmp_path / "s") == ({"b"}, {"a", "c"})  # catches `differs_from` ignored
 
 
 def test_a_known_kernel_is_checked_under_the_first_setting_that_gives_it(monkeypatch):
@@ -96,8 +106,7 @@ def test_a_known_kernel_is_checked_under_the_first_setting_that_gives_it(monkeyp
 def test_the_checked_runs_name_their_producers_kernels():
     """A checked study with no producer fingerprint would be skipped everywhere: the list would check nothing."""
     unchecked = [study for study, _ in CHECKED if not producer_kernels(ROOT / "results" / study)[0]]
-    assert set(unchecked) <= {"main_comparison"}, unchecked  # the one kept for its identity check
-    assert len({s for s, _ in CHECKED} - set(unchecked)) >= 2
+    assert unchecked == [], unchecked
 
 
 @pytest.fixture(scope="module")
