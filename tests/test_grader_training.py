@@ -87,3 +87,4 @@ def test_the_training_threshold_sits_between_the_measured_gains():
     assert len(grader.TRAIN_MEASURED["correct"]) >= 3
     assert 0.45 * correct <= grader.TRAIN_MIN_GAIN <= 0.5 * correct
     assert grader.TRAIN_MIN_GAIN - flipped >= 0.3
+    assert grader.TRAIN_MIN_GAIN - max(grader.TRAIN_MEASURED["no gradient"].values()) >= 0.1

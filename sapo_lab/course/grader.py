@@ -65,10 +65,12 @@ TRAIN_SEED = 0
 TRAIN_OVERRIDES = {"optimization.max_steps": TRAIN_STEPS, "max_train_time_s": 0, "threads": 1, "seed": TRAIN_SEED}
 # Held-out Pass@1 gains after TRAIN_STEPS steps, measured with assignment/measure_training.py on a loaded 2-core
 # machine: a correct module (tests/assignment_modules/from_handout.py) for three seeds (0.300 -> 0.916,
-# 0.262 -> 0.542, 0.311 -> 0.634), and the same module with its SAPO loss's sign flipped (0.300 -> 0.000).
-# Another machine changes the float rounding, and so the trajectory much as another seed does: the threshold is
-# half the smallest correct gain, 0.14 below it and 0.44 above the flipped sign.
-TRAIN_MEASURED = {"correct": {0: 0.6157, 1: 0.2803, 2: 0.3237}, "sign flipped": {0: -0.3003}}
+# 0.262 -> 0.542, 0.311 -> 0.634), the same module with its SAPO loss's sign flipped (0.300 -> 0.000), and with a
+# loss that has no gradient (0.300 -> 0.308: evaluation noise alone). Another machine changes the float rounding,
+# and so the trajectory much as another seed does: the threshold is half the smallest correct gain, 0.14 below it,
+# 0.13 above the unmoved policy and 0.44 above the flipped sign.
+TRAIN_MEASURED = {"correct": {0: 0.6157, 1: 0.2803, 2: 0.3237}, "sign flipped": {0: -0.3003},
+                  "no gradient": {0: 0.0073}}
 TRAIN_MIN_GAIN = math.floor(50 * min(TRAIN_MEASURED["correct"].values())) / 100  # half, rounded down: 0.14
 # A guard against a hung training process, not part of the verdict (which the step budget decides); bytes of the
 # training process's output relayed to stderr.
