@@ -368,7 +368,8 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     calls += [(f"fresh case {i + 1}", exp, {}, res) for i, (exp, res) in enumerate(fresh)]
     for label, _, _, res in calls:
         if "error" in res:
-            return PartResult(part, points, 0, f"{res['error']} ({label})")
+            whole = res["error"].startswith(("missing:", "not implemented"))  # true of every case alike
+            return PartResult(part, points, 0, res["error"] if whole else f"{res['error']} ({label})")
     for label, exp, _, res in calls:
         problem = _form_problem(exp, res["outputs"], res.get("meta", {}))
         if problem:
