@@ -9,6 +9,7 @@ follow its published ``tests/adapters.py``, with ``"sapo"`` and its two temperat
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from pathlib import Path
 from typing import Literal
@@ -27,13 +28,26 @@ def run_compute_group_normalized_rewards(
     baseline: Literal["mean", "none"] = "mean",
     advantage_eps: float = 1e-6,
     advantage_normalizer: Literal["std", "none", "mean"] = "std",
+    std: Literal["population", "sample"] = "population",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Flat rewards (rollout_batch_size,) -> flat advantages; only the GRPO setting (mean, std) is the
-    assignment's ``group_advantages``, the others are refused."""
+    assignment's ``group_advantages``, the others are refused. ``std``: the assignment's population standard
+    deviation (divided by G), or the sample one (divided by G - 1, ``torch.std``'s default, which CS336's own
+    snapshot expects), both through the student's function: for a group scaled by k = sqrt(G / (G - 1)),
+    group_advantages(k R) / k = (R - mean) / (k * population std + eps) = (R - mean) / (sample std + eps)."""
     if (baseline, advantage_normalizer) != ("mean", "std"):
         raise ValueError("the SAPO assignment implements baseline='mean' with advantage_normalizer='std' only")
+    if std not in ("population", "sample"):
+        raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
     grouped = raw_rewards.reshape(-1, group_size)
-    adv = STUDENT.group_advantages(grouped, advantage_eps).reshape(-1)
+    if std == "population":
+        adv = STUDENT.group_advantages(grouped, advantage_eps)
+    else:
+        if group_size < 2:
+            raise ValueError("the sample standard deviation needs groups of at least 2")
+        k = math.sqrt(group_size / (group_size - 1))
+        adv = STUDENT.group_advantages(grouped * k, advantage_eps) / k
+    adv = adv.reshape(-1)
     return adv, {"reward_mean": float(raw_rewards.mean()), "advantage_abs_mean": float(adv.abs().mean())}
 
 

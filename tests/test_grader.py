@@ -189,6 +189,19 @@ def test_the_cs336_masked_mean_averages_over_the_masked_elements_only(monkeypatc
     assert torch.allclose(got.reshape(-1), torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("group_size", [2, 4])
+def test_the_cs336_group_normalisation_offers_both_standard_deviations(monkeypatch, group_size):
+    # catches: one convention served under both names, or the sample one computed off by its sqrt(G/(G-1))
+    adapters = load_adapters(monkeypatch)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 1.0, 0.75], dtype=torch.float64)
+    grouped = rewards.reshape(-1, group_size)
+    centred = grouped - grouped.mean(1, keepdim=True)
+    for std, divisor in (("population", group_size), ("sample", group_size - 1)):
+        spread = (centred.pow(2).sum(1, keepdim=True) / divisor).sqrt()
+        got, _ = adapters.run_compute_group_normalized_rewards(rewards, group_size, advantage_eps=1e-6, std=std)
+        assert torch.allclose(got, (centred / (spread + 1e-6)).reshape(-1), rtol=1e-12, atol=1e-12), std
+
+
 def test_the_cs336_sapo_branch_is_the_students_sapo_loss(monkeypatch):
     # catches: the adapter computing the temperature choice itself (a student's swapped temperatures unseen)
     monkeypatch.setenv("SAPO_ASSIGNMENT", str(MODULES / "wrong_swapped_temperatures.py"))
