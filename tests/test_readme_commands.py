@@ -117,8 +117,10 @@ def test_every_preset_trains_through_the_command_line(tmp_path, preset, capsys):
     options = PRESETS[preset].get("task", {}).get("options", {})
     assert saved["task"]["options"] == options  # the preset's task options reached the run
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
-    # Resume with the preset named again: its keys, task options included, are compared, not refused.
-    assert main(["train", "--config", preset, "--output-dir", str(out), "--resume", "--max_steps", "3"]) == 0, \
+    # Resume with the same command line and one more step: the preset's keys, task options included, are compared
+    # with the saved run and found equal (catches the resume policy spelling task options otherwise than loading).
+    longer = [*TWO_STEPS[:1], "3", *TWO_STEPS[2:]]
+    assert main(["train", "--config", preset, "--output-dir", str(out), "--resume", *longer]) == 0, \
         capsys.readouterr().err
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
 

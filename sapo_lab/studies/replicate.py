@@ -78,7 +78,7 @@ def question_runs(study: Study, question: Question, root: str) -> list[dict]:
 
 
 def committed_wall(study: Study, run_ids) -> float | None:
-    """Seconds the producer's machine spent on these runs (their ``study_wall.json``), or None if unrecorded."""
+    """Seconds ``study``'s machine spent training these runs (their ``study_wall.json``), or None if unrecorded."""
     total = 0.0
     for run_id in run_ids:
         wall = study.path / "runs" / run_id / "study_wall.json"
@@ -131,7 +131,7 @@ class ReplicationRecord:
     here_reaches_level: bool
     committed_reaches_level: bool
     runs: list
-    wall_s: float
+    run_seconds: float  # the replicated runs' own training time here (study_wall.json), however many invocations
 
     def lines(self) -> list[str]:
         """The side-by-side report: verdict first, then both answers with their intervals and kernels."""
@@ -159,7 +159,7 @@ def replication_root(results: str | os.PathLike, fingerprint: str) -> Path:
     return Path(results) / REPLICATIONS / fingerprint
 
 
-def conclude(committed: Study, replicated: Study, question: Question, here_kernels: str, wall_s: float) -> ReplicationRecord:
+def conclude(committed: Study, replicated: Study, question: Question, here_kernels: str) -> ReplicationRecord:
     """Read ``question`` in both studies and apply the declared verdict."""
     from ..runs.kernels import current_kernel_setting
     from .environment import producer_kernels
@@ -171,13 +171,12 @@ def conclude(committed: Study, replicated: Study, question: Question, here_kerne
     c = {**old["comparison"].to_dict(), "p": old["p"]}
     h = {**new["comparison"].to_dict(), "p": new["p"]}
     known, _ = producer_kernels(committed.path)
+    runs = sorted(r.run_id for r in replicated.runs if r.method in question.methods)
     return ReplicationRecord(
         study=committed.name, question=question.id, text=question.text, alpha=alpha, committed=c, here=h,
         committed_kernels=sorted(known), here_kernels=here_kernels, here_kernel_setting=current_kernel_setting(),
         verdict=verdict(c, h, here_kernels in known), here_reaches_level=h["p"] < alpha,
-        committed_reaches_level=c["p"] < alpha, runs=sorted(r.run_id for r in replicated.runs
-                                                            if r.method in question.methods),
-        wall_s=wall_s,
+        committed_reaches_level=c["p"] < alpha, runs=runs, run_seconds=committed_wall(replicated, runs) or 0.0,
     )
 
 
@@ -216,8 +215,6 @@ def replicate_command(args) -> int:
     Exit status 0 when the verdict is ``identical`` or ``consistent``, 1 when ``not consistent``, 2 for a
     user error, 130 when interrupted (rerun the same command to resume).
     """
-    import time
-
     from tqdm.auto import tqdm
 
     from ..runs.kernels import apply_kernel_setting
@@ -243,7 +240,6 @@ def replicate_command(args) -> int:
           file=args.log_file, flush=True)
     if args.dry_run:
         return 0
-    t0 = time.perf_counter()
     if todo:
         bar = tqdm(total=len(todo), unit="run", disable=args.no_progress, desc=f"{committed.name} {question.id}")
         try:
@@ -259,7 +255,7 @@ def replicate_command(args) -> int:
         left = sum(run_status(str(folder / r["run_id"])) != "done" for r in runs)
         print(f"{left} of {len(runs)} runs still to finish (another shard?): run replicate again for the verdict")
         return 0
-    record = conclude(committed, replicated, question, here, time.perf_counter() - t0)
+    record = conclude(committed, replicated, question, here)
     path = write_record(record, root / committed.name)
     print("\n".join(record.lines()))
     print(f"record: {path}")
