@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "87a350b848e594b79daddd93b70d5b82b7842bf73158b8499a07a46d3b287e7c"
+MANIFEST_SHA256 = "f4ee1ae2e521d9177d89c7cdd1262b05f20b6e75f170ed512a17ada10654863a"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
