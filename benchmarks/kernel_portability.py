@@ -2,7 +2,7 @@
 
 For each setting of ``sapo_lab.runs.kernels.KERNEL_SETTINGS`` this machine's kernel fingerprint is computed
 in a fresh interpreter (torch reads the setting once, when it loads) and recorded in
-``benchmarks/kernel_fingerprints.json`` under this CPU kind, so that the file grows as the project meets new
+``results/kernel_fingerprints.json`` under this CPU kind, so that the file grows as the project meets new
 kinds: two kinds that give one fingerprint under a setting compute the same bits under it. Then the same
 cpu-tiny work (a short cold start and a few rollout steps at the preset's batch sizes, one thread) is timed
 under every setting, interleaved round by round so that a busy machine slows each alike; the ratios to
@@ -28,7 +28,7 @@ from pathlib import Path
 from sapo_lab.runs.kernels import KERNEL_SETTINGS, VARIABLES
 
 HERE = Path(__file__).resolve().parent
-RECORD = HERE / "kernel_fingerprints.json"
+RECORD = HERE.parent / "results" / "kernel_fingerprints.json"
 WORK = """
 import sys, tempfile, time
 from sapo_lab.runs.config import load_config
