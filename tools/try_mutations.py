@@ -46,6 +46,21 @@ def suite_files(tree: str) -> list[str]:
     return [f"{SUITE}/{f}" for f in names if not f.startswith(NOT_TRAINING)]
 
 
+def area(m) -> str:
+    """The layer a mutation plants its mistake in: ``sapo_lab/LAYER/...`` (``book_data`` for the top module)."""
+    parts = m.path.split("/")
+    return parts[1].removesuffix(".py") if parts[0] == "sapo_lab" else parts[0]
+
+
+def caught_by_area(chosen, survived) -> dict[str, tuple[int, int]]:
+    """``{area: (caught, planted)}`` over the mutations run."""
+    out: dict[str, tuple[int, int]] = {}
+    for m in chosen:
+        caught, total = out.get(area(m), (0, 0))
+        out[area(m)] = (caught + (m.name not in survived), total + 1)
+    return out
+
+
 def run_tests(tree: str, targets: list[str], workers: int = 0) -> tuple[bool, str]:
     """``(passed, first failing test)`` of pytest over ``targets`` in ``tree``, stopping at the first failure."""
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
@@ -92,6 +107,8 @@ def main(argv=None) -> int:
             print(f"[{i}/{len(chosen)}] {m.name}: {verdict} ({time.perf_counter() - t0:.0f} s)", flush=True)
             if passed:
                 survived.append(m.name)
+    for area, (caught, total) in sorted(caught_by_area(chosen, survived).items()):
+        print(f"  {area}: {caught} of {total} caught")
     print(f"{len(chosen) - len(survived)} of {len(chosen)} caught" + (f"; survived: {survived}" if survived else ""))
     return 1 if survived else 0
 
