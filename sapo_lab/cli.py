@@ -305,12 +305,18 @@ def cmd_study(args, overrides) -> int:
 
 def cmd_replicate(args, overrides) -> int:
     """``replicate``: re-run one declared question of a committed study here and compare the answers."""
-    from .studies.replicate import replicate_command
-
     m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
     if not m or not int(m[1]) < int(m[2]):
         raise ValueError(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", args.study):
+        raise ValueError(f"study {args.study!r} must be a study's name in --results-root (e.g. confirm_addition), "
+                         "not a path")
     args.shard_pair, args.log_file = (int(m[1]), int(m[2])), sys.stderr
+    from .runs.kernels import apply_kernel_setting
+
+    apply_kernel_setting(args.kernels)  # before anything loads torch: torch reads the setting once
+    from .studies.replicate import replicate_command
+
     return replicate_command(args)
 
 
@@ -331,7 +337,12 @@ def cmd_doctor(args, overrides) -> int:
     if not args.no_map:
         from .studies.doctor_map import map_lines
 
-        print("\n".join(map_lines(reading.regime, reading.numbers["signal_removed_median"])))
+        try:
+            lines = map_lines(reading.regime, reading.numbers["signal_removed_median"])
+        except FileNotFoundError:  # outside a checkout, with no fetched results: the reading above still stands
+            lines = ["gate map: not found here (no results/ folder next to an experiments/ folder above this one); "
+                     "run inside a sapo_lab checkout for the map's nearest cell, or pass --no-map"]
+        print("\n".join(lines))
     return 0
 
 

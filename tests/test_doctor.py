@@ -291,3 +291,23 @@ def test_map_names_the_nearest_cell(gate_map, runs):
     assert f"{len(gate_map.declaration['seeds'])} paired seeds a cell" in scope
     beyond = map_lines("gate active", 10 * max(shares.values()), gate_map)[0]
     assert "outside the map's cells" in beyond
+
+
+def test_doctor_outside_a_checkout_reads_the_run_and_says_the_map_is_not_here(tmp_path, monkeypatch, capsys):
+    """From the outside test: run from a folder with no results/ above it (a pip install, a TRL folder elsewhere),
+    the map lines raised FileNotFoundError after the verdict. Now the reading stands and one line says why no map."""
+    from pathlib import Path
+
+    from sapo_lab.cli import main
+
+    run = Path(__file__).resolve().parents[1] / "results" / "confirm_addition" / "runs" / "sapo_seed10"
+    monkeypatch.chdir(tmp_path)
+    import sapo_lab.studies.doctor_map as doctor_map
+
+    def no_results(*args, **kwargs):
+        raise FileNotFoundError("no results/ folder next to an experiments/ folder above " + str(tmp_path))
+
+    monkeypatch.setattr(doctor_map, "map_lines", no_results)  # what a machine without the results meets
+    assert main(["doctor", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verdict: ") and "gate map: not found here" in out

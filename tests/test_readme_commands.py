@@ -140,6 +140,21 @@ def test_task_options_from_a_file_and_the_command_line_reach_the_task(tmp_path, 
                    "--task.options.max_digits", "4"])
     err = capsys.readouterr().err
     assert status == 2 and "task.options.max_digits (saved 3, requested 4)" in err and err.count("\n") == 1, err
+    # All options at once as a JSON object are compared option by option too (catches the object form silently
+    # ignored on resume, as the outside test found), and a new option is a change.
+    for changed in ('{"max_digits": 2}', '{"max_digits": 3, "min_digits": 3}'):
+        status = main(["train", "--config", str(config), "--output-dir", str(out), "--resume", "--max_steps", "4",
+                       "--task.options", changed])
+        err = capsys.readouterr().err
+        assert status == 2 and "--resume cannot change task.options." in err and err.count("\n") == 1, err
+    # The object form and a dotted option merge, in either order (catches the object replaced by the option).
+    from sapo_lab.runs.config import load_config
+
+    for overrides in ({"task.options": '{"max_digits": 3, "min_digits": 1}', "task.options.min_digits": "2"},
+                      {"task.options.min_digits": "2", "task.options": '{"max_digits": 3}'}):
+        assert dict(load_config("micro", overrides).task.options) == {"max_digits": 3, "min_digits": 2}
+    with pytest.raises(ValueError, match="must be a JSON object of task options"):
+        load_config("micro", {"task.options": "[1]"})
     # A misspelt option is the task's one-line refusal, naming it.
     status = main(["train", "--config", "micro", "--output-dir", str(tmp_path / "other"), "--task.options.max_digit", "3"])
     err = capsys.readouterr().err

@@ -94,7 +94,7 @@ def test_replicate_on_the_producers_kernels_is_identical_and_a_changed_answer_is
     root = _committed_study(tmp_path)
     argv = ["replicate", "tiny", "Q1", "--results-root", str(root), "--no-progress"]
     assert main([*argv, "--dry-run"]) == 0
-    assert "4 runs (sapo, grpo), 4 to train here" in capsys.readouterr().err
+    assert "4 runs (sapo, grpo) into " in (err := capsys.readouterr().err) and "4 to train in this invocation" in err
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("tiny Q1: IDENTICAL"), out
@@ -130,3 +130,53 @@ def test_replicate_refuses_bad_input_in_one_line(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+
+
+def test_replicate_refuses_a_path_a_damaged_study_and_a_foreign_replication_in_one_line(tmp_path, capsys):
+    """From the outside test: a study given as a path compared the committed study with itself; a committed study
+    missing a run failed only after training, with a traceback; a replication folder of another declaration was
+    trusted. Each is now one line, exit 2, before anything trains."""
+    def refused(argv, expected):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+
+    refused(["replicate", "results/confirm_addition", "Q1"], "not a path")
+    refused(["replicate", "../confirm_addition", "Q1"], "not a path")
+    (tmp_path / "afile").write_text("x")
+    refused(["replicate", "confirm_addition", "Q1", "--results-root", str(tmp_path / "afile")], "is not a folder")
+    damaged = tmp_path / "damaged"
+    shutil.copytree("results/confirm_addition", damaged / "confirm_addition")
+    shutil.rmtree(damaged / "confirm_addition" / "runs" / "sapo_seed10")
+    refused(["replicate", "confirm_addition", "Q1", "--results-root", str(damaged), "--dry-run"], "pending")
+    (damaged / "confirm_addition" / "environment.json").write_text("{}")
+    refused(["replicate", "confirm_addition", "Q1", "--results-root", str(damaged), "--dry-run"],
+            "cannot be read as a committed study")
+
+
+@pytest.mark.slow
+def test_a_replication_folder_of_another_declaration_is_refused(tmp_path, capsys):
+    root = _committed_study(tmp_path)
+    argv = ["replicate", "tiny", "Q1", "--results-root", str(root), "--no-progress"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    replicated = next((root / REPLICATIONS).iterdir()) / "tiny"
+    config = replicated / "runs" / "sapo_seed0" / "config.json"
+    saved = json.loads(config.read_text())
+    saved["loss"]["loss_type"] = "grpo"  # catches a verdict read from runs that are not the declared ones
+    config.write_text(json.dumps(saved))
+    assert main(argv) == 2
+    assert "is not the config tiny declares for sapo_seed0" in capsys.readouterr().err
+
+
+def test_another_kernel_setting_is_chosen_before_torch_loads(tmp_path):
+    """`--kernels avx2` from the command line (a fresh process): applied before torch, not refused; the plan names
+    the replication folder of the fingerprint under that setting."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "sapo_lab", "replicate", "confirm_addition", "Q1", "--kernels", "avx2",
+                          "--dry-run"], capture_output=True, text=True, env={**__import__("os").environ,
+                                                                           "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "replications/" in out.stderr and "to train in this invocation" in out.stderr

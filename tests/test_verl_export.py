@@ -182,7 +182,24 @@ def test_refused_inputs_exit_2_with_one_line_naming_the_key(argv, key, tmp_path,
 
 def test_refuses_to_overwrite_an_export(size_name_job, capsys):
     assert main(["export-verl", "--config", "gpu-gpt2-small", "--output-dir", size_name_job]) == 2
-    assert "already holds an export" in capsys.readouterr().err
+    assert "which the export would replace" in capsys.readouterr().err
+
+
+def test_refuses_to_replace_a_users_file_or_write_somewhere_odd(tmp_path, capsys):
+    """From the outside test: a folder holding the user's own README.md was overwritten, an empty --output-dir
+    wrote into the current folder, and a file as --output-dir gave a traceback. Each is now one line, exit 2."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("MY OWN README")
+    (tmp_path / "afile").write_text("x")
+    for out, expected in ((project, "README.md, which the export would replace"), ("", "empty path"),
+                          (tmp_path / "afile", "is a file"), (tmp_path / "afile" / "sub", "cannot be created")):
+        assert main(["export-verl", "--config", "gpu-gpt2-small", "--output-dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+    assert (project / "README.md").read_text() == "MY OWN README" and not (project / "run_verl.sh").exists()
+    assert main(["export-trl", "--config", "cpu-tiny", "--output-dir", str(project)]) == 2
+    assert "README.md, which the export would replace" in capsys.readouterr().err
 
 
 def test_cpu_tiny_without_its_time_limit_is_exported_through_the_cold_start(tmp_path):

@@ -123,10 +123,9 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None, promp
         cfg.model.name_or_path = model
     check_supported(cfg)
     per_device_batch_size(cfg, 1)  # the rollout batch must split into K optimizer steps
-    script = os.path.join(output_dir, "train_trl.py")
-    if os.path.exists(script):
-        raise ValueError(f"{output_dir} already holds an export (train_trl.py); choose another --output-dir")
-    os.makedirs(output_dir, exist_ok=True)
+    from .output_folder import prepare_output_folder
+
+    prepare_output_folder(output_dir, ("train_trl.py", "accelerate_config.yaml", "config.json", "README.md"))
     data = cfg.to_dict()
     r, k = cfg.rollout, cfg.optimization.steps_per_generation
     n = r.prompts_per_rollout * r.num_generations

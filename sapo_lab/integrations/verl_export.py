@@ -174,13 +174,13 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None) -> li
     a directory that already holds an export.
     """
     from ..tasks import splits_for, task_for
+    from .output_folder import prepare_output_folder
 
     if model:
         # a local directory is made absolute: the job runs from anywhere
         cfg.model.name_or_path = os.path.abspath(model) if os.path.isdir(model) else model
     mapping.check_supported(cfg)
-    if os.path.exists(os.path.join(output_dir, RUN_SCRIPT)):
-        raise ValueError(f"{output_dir} already holds an export ({RUN_SCRIPT}); choose another --output-dir")
+    prepare_output_folder(output_dir, (RUN_SCRIPT, "reward.py", "config.json", "README.md", "data"))
     task = task_for(cfg)
     splits = splits_for(cfg, task)
     name = f"{os.path.splitext(os.path.basename(source))[0]}-{cfg.loss.loss_type}-seed{cfg.seed}"

@@ -32,7 +32,7 @@ from pydantic.dataclasses import dataclass
 
 from ..objective.choices import AGGREGATIONS, IMPORTANCE_SAMPLING_LEVELS, MAX_LOG_RATIO_POLICIES
 from ..tasks import make_task
-from .config_paths import task_option_name
+from .config_paths import TASK_OPTIONS, task_option_name
 from .config_values import Float, Int, IntList, Mapping, RuleBroken, nullable, one_line, one_of
 from .durable import write_json
 from .json_object import read_json_object
@@ -367,6 +367,10 @@ def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None)
         raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
     for key, value in (overrides or {}).items():
         key = resolve_key(key)
+        if key == TASK_OPTIONS:  # every option at once, as a JSON object: merged with the others, like a file's
+            value = _parse_option(value)
+            if not isinstance(value, dict):
+                raise ValueError(f"--{TASK_OPTIONS} must be a JSON object of task options, got {value!r}")
         data = _merge(data, _nest(key, _parse_option(value) if task_option_name(key) else value))
     return _validated(data)
 

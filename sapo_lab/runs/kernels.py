@@ -41,7 +41,10 @@ def apply_kernel_setting(name: str) -> None:
     if current_kernel_setting() == name:
         return
     if "torch" in sys.modules:
-        raise ValueError(f"kernel setting {name!r} must be chosen before torch loads (set {env} in the environment)")
+        here = {k: os.environ[k] for k in VARIABLES if k in os.environ}
+        raise ValueError(f"kernel setting {name!r} must be chosen before torch loads; torch already runs with "
+                         f"{here or 'none of ' + ', '.join(VARIABLES)} (setting {current_kernel_setting() or 'a mix'}): "
+                         f"start the process with {env or 'none of them'} set")
     for k in VARIABLES:
         os.environ.pop(k, None)
     os.environ.update(env)

@@ -120,7 +120,10 @@ def classify(run_dir: str) -> RunDirState:
 def config_differences(saved: dict, requested: dict, keys=None) -> list[tuple[str, object, object]]:
     """``[(dotted key, saved, requested)]`` for the keys (all if None) whose values differ."""
     a, b = flatten_config(saved), flatten_config(requested)
-    keys = sorted(set(a) | set(b)) if keys is None else keys
+    both = set(a) | set(b)
+    # a key that names a mapping (task.options) stands for every key under it
+    keys = sorted(both) if keys is None else sorted({k for key in keys for k in both if k == key
+                                                     or k.startswith(key + ".")} | set(keys) & both)
     return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
 
 

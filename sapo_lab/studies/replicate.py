@@ -20,6 +20,7 @@ reached and still agree with it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -197,64 +198,112 @@ def read_records(results: str | os.PathLike) -> list[dict]:
     return out
 
 
-def plan_text(question: Question, runs: list[dict], todo: list[str], committed_s: float | None, cpu: str) -> str:
-    """What replicate is about to do, with the producer's time for it (the only measured estimate there is)."""
+def plan_text(question: Question, runs: list[dict], todo: list[str], committed_s: float | None, cpu: str,
+              target: Path) -> str:
+    """What replicate is about to do, with the producer's recorded training time for it (the only measured
+    estimate there is: a cold start the producer had cached is not in it)."""
     methods = ", ".join(question.methods)
-    head = f"replicate {question.study} {question.id}: {len(runs)} runs ({methods}), {len(todo)} to train here"
+    head = (f"replicate {question.study} {question.id}: {len(runs)} runs ({methods}) into {target}, "
+            f"{len(todo)} to train in this invocation")
     if not todo:
-        return head + "; all finished"
+        return head
     if committed_s is None:
-        return head + "; the producer recorded no time for them"
-    return (f"{head}; they took {committed_s / 60:.0f} min on the producer's machine ({cpu}), one process, "
-            f"about {committed_s / 60 / len(runs):.1f} min a run; the bar below re-estimates from this machine's runs")
+        return head + "; the producer recorded no usable time for them"
+    return (f"{head}; the producer's machine ({cpu}) recorded {committed_s / 60:.0f} min of training for these "
+            f"({committed_s / 60 / len(todo):.1f} min a run, less any cold start it had cached); the progress bar "
+            "re-estimates from this machine's runs")
+
+
+def _read_committed(name: str, results_root: str) -> Study:
+    """The committed study, or a one-line ``ValueError`` naming what is wrong with its folder."""
+    from .results import load_study
+
+    root = Path(results_root)
+    if not root.is_dir():
+        raise ValueError(f"--results-root {results_root} is not a folder")
+    try:
+        study = load_study(name, root)
+        study.environment["invocations"][0].get  # noqa: B018  (read now: a damaged record fails before training)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{root / name} cannot be read as a committed study ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+    return study
+
+
+def _check_replicated(committed: Study, runs: list[dict], folder: Path) -> None:
+    """Refuse a replication folder that is not this declaration's: another ``study.json``, or a run whose saved
+    config is not the one the declaration resolves to (one line, before any verdict is read)."""
+    from ..runs.identity import same_run
+    from ..runs.study_folder import StudyFolder
+
+    saved = StudyFolder(str(folder)).read_declaration()
+    if saved != committed.declaration:
+        raise ValueError(f"{folder}/study.json is not {committed.name}'s committed declaration: remove {folder} "
+                         "and replicate again")
+    for run in runs:
+        config = folder / "runs" / run["run_id"] / "config.json"
+        if config.is_file() and not same_run(json.loads(config.read_text()), run["config"].to_dict()):
+            raise ValueError(f"{config} is not the config {committed.name} declares for {run['run_id']}: remove "
+                             f"{config.parent} and replicate again")
 
 
 def replicate_command(args) -> int:
     """``replicate STUDY QUESTION``: train the question's runs here, then print both answers and the verdict.
 
-    Exit status 0 when the verdict is ``identical`` or ``consistent``, 1 when ``not consistent``, 2 for a
-    user error, 130 when interrupted (rerun the same command to resume).
+    The kernel setting (``args.kernels``) must already be applied: torch reads it once, when it loads. Exit
+    status 0 when the verdict is ``identical`` or ``consistent``, 1 when ``not consistent``, 2 for a user error,
+    130 when interrupted (rerun the same command to resume).
     """
     from tqdm.auto import tqdm
 
-    from ..runs.kernels import apply_kernel_setting
     from .results import load_study
     from .runner import run_status
 
-    apply_kernel_setting(args.kernels)  # before torch loads: torch reads it once
-    try:
-        committed = load_study(args.study, args.results_root)
-    except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None
+    committed = _read_committed(args.study, args.results_root)
     question = find_question(committed, args.question)
+    try:
+        before = answer(committed, question)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"{committed.path}: {question.id} cannot be read ({str(exc).splitlines()[0]})") from None
+    if before["comparison"] is None:  # a damaged or partial committed study: found before hours of training
+        raise ValueError(f"{committed.path}: the committed {question.id} is {before['status']}; nothing to compare with")
     from .environment import kernel_fingerprint
     from .runner import run_study
 
     here = kernel_fingerprint()
     root = replication_root(args.results_root, here)
     runs = question_runs(committed, question, str(root))
-    folder = root / committed.name / "runs"
-    todo = [r["run_id"] for r in runs if run_status(str(folder / r["run_id"])) != "done"]
+    folder = root / committed.name
+    i, n = args.shard_pair
+    mine = [r["run_id"] for k, r in enumerate(runs) if k % n == i]
+    todo = [run_id for run_id in mine if run_status(str(folder / "runs" / run_id)) != "done"]
     env = committed.environment["invocations"]
-    print(plan_text(question, runs, todo, committed_wall(committed, todo), env[0].get("processor", "?") if env else "?"),
+    wall = committed_wall(committed, todo)
+    wall = wall if wall is not None and math.isfinite(wall) and wall >= 0 else None
+    print(plan_text(question, runs, todo, wall, env[0].get("processor", "?") if env else "?", folder),
           file=args.log_file, flush=True)
     if args.dry_run:
         return 0
+    if folder.is_dir() and (folder / "study.json").is_file():
+        _check_replicated(committed, runs, folder)
     if todo:
         bar = tqdm(total=len(todo), unit="run", disable=args.no_progress, desc=f"{committed.name} {question.id}")
         try:
             res = run_study(str(committed.folder.declaration), str(root), log=lambda m: print(m, file=args.log_file),
                             progress=False, run_ids={r["run_id"] for r in runs}, shard=args.shard_pair,
-                            on_run_end=lambda run_id, action: bar.update(0 if action == "skipped" else 1))
+                            on_run_end=lambda run_id, action: bar.update(0 if action == "skipped" else 1),
+                            kernels=args.kernels)
         finally:
             bar.close()
         if res["status"] == "interrupted":
             return 130
-    replicated = load_study(committed.name, root)
-    if any(run_status(str(folder / r["run_id"])) != "done" for r in runs):
-        left = sum(run_status(str(folder / r["run_id"])) != "done" for r in runs)
+    left = sum(run_status(str(folder / "runs" / r["run_id"])) != "done" for r in runs)
+    if left:
         print(f"{left} of {len(runs)} runs still to finish (another shard?): run replicate again for the verdict")
         return 0
+    replicated = load_study(committed.name, root)
     record = conclude(committed, replicated, question, here)
     path = write_record(record, root / committed.name)
     print("\n".join(record.lines()))

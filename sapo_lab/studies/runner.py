@@ -123,6 +123,7 @@ def run_study(
     methods: list[str] | None = None,
     run_ids: set[str] | None = None,
     on_run_end=None,
+    kernels: str | None = None,
 ) -> dict:
     """Run (or continue) every run of the study at ``path``; returns ``{"status", "rows", "actions"}``.
 
@@ -132,9 +133,11 @@ def run_study(
     counts within them; ``run_ids`` restricts it further to those runs (a replicated question's).
     ``on_step_end(trainer, row)`` is passed to each run's trainer (tests interrupt through it);
     ``on_run_end(run_id, action)`` is called after each run this invocation visits (a progress bar).
+    ``kernels`` replaces the declaration's kernel setting (a replication on other kernels; recorded in
+    ``environment.json``).
     """
     study = load_declaration(path)
-    apply_kernel_setting(study.get("kernels", "native"))  # refused once torch has loaded with other kernels
+    apply_kernel_setting(kernels or study.get("kernels", "native"))  # refused once torch loaded with other kernels
     out = os.path.join(results_root, study["name"])
     runs = expand_runs(study, results_root)
     unknown = sorted(set(methods or []) - set(study["methods"]))
