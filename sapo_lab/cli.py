@@ -468,7 +468,7 @@ def _grade_flags(p: argparse.ArgumentParser) -> None:
 
 def _doctor_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN",
-                   help="a sapo_lab run folder (metrics.jsonl) or a TRL output folder (trainer_state.json)")
+                   help="a sapo_lab run folder, or a TRL output folder (its trainer_state.json)")
     p.add_argument("--no-map", action="store_true", help="leave out what the book's gate map found nearby")
 
 

@@ -36,6 +36,7 @@ RUNS = "runs"
 STUDY_RECORD = "study_record.json"
 DIVERGED = "diverged.json"
 STUDY_WALL = "study_wall.json"
+KERNEL_RECORD = "kernel_fingerprint.json"  # a producer fingerprint measured after the study (it predates the field)
 
 # What a study adds to each of its run folders: a run's files too, never a user's (see run_policy.classify).
 STUDY_RUN_FILES = (STUDY_RECORD, DIVERGED, STUDY_WALL)
@@ -148,6 +149,11 @@ class StudyFolder:
 
     def read_invocations(self) -> list[dict]:
         return self.read_environment()["invocations"] if os.path.isfile(self.environment) else []
+
+    def read_kernel_record(self) -> dict:
+        """``kernel_fingerprint.json``: the producer's fingerprint measured afterwards and the kernels it is known
+        not to reproduce on (``{}`` where the study's invocations recorded their own)."""
+        return _read_json(self.file(KERNEL_RECORD), {})
 
     def append_invocation(self, invocation: dict) -> None:
         write_json(self.environment, {"invocations": self.read_invocations() + [invocation]})

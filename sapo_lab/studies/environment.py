@@ -69,19 +69,13 @@ def producer_kernels(study_folder) -> tuple[set, set]:
     before the field existed (its ``differs_from`` lists kernels measured not to reproduce it). A study
     with no recorded fingerprint has an empty first set: it is reproducible nowhere that can be named.
     """
-    import json
+    from ..runs.study_folder import StudyFolder
 
-    base = os.fspath(study_folder)
-    with open(os.path.join(base, "environment.json")) as f:
-        invocations = json.load(f)["invocations"]
-    known = {inv["kernel_fingerprint"] for inv in invocations if inv.get("kernel_fingerprint")}
-    excluded: set = set()
-    extra = os.path.join(base, "kernel_fingerprint.json")
-    if os.path.isfile(extra):
-        with open(extra) as f:
-            record = json.load(f)
-        known |= {record["kernel_fingerprint"]} - {None}
-        excluded |= set(record.get("differs_from", []))
+    folder = StudyFolder(os.fspath(study_folder))
+    known = {inv["kernel_fingerprint"] for inv in folder.read_invocations() if inv.get("kernel_fingerprint")}
+    record = folder.read_kernel_record()
+    known |= {record.get("kernel_fingerprint")} - {None}
+    excluded = set(record.get("differs_from", []))
     return known - excluded, excluded
 
 

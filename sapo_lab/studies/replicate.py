@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..runs.durable import write_json
+from ..runs.study_folder import StudyFolder
 from .results import Study
 
 REPLICATIONS = "replications"  # under the results folder: replications/FINGERPRINT/STUDY/
@@ -82,10 +83,10 @@ def committed_wall(study: Study, run_ids) -> float | None:
     """Seconds ``study``'s machine spent training these runs (their ``study_wall.json``), or None if unrecorded."""
     total = 0.0
     for run_id in run_ids:
-        wall = study.path / "runs" / run_id / "study_wall.json"
-        if not wall.is_file():
+        wall = study.folder.run(run_id).read_wall()
+        if not wall:
             return None
-        total += sum(entry["wall_s"] for entry in json.loads(wall.read_text()))
+        total += sum(entry["wall_s"] for entry in wall)
     return total
 
 
@@ -236,17 +237,16 @@ def _check_replicated(committed: Study, runs: list[dict], folder: Path) -> None:
     """Refuse a replication folder that is not this declaration's: another ``study.json``, or a run whose saved
     config is not the one the declaration resolves to (one line, before any verdict is read)."""
     from ..runs.identity import same_run
-    from ..runs.study_folder import StudyFolder
 
     saved = StudyFolder(str(folder)).read_declaration()
     if saved != committed.declaration:
         raise ValueError(f"{folder}/study.json is not {committed.name}'s committed declaration: remove {folder} "
                          "and replicate again")
     for run in runs:
-        config = folder / "runs" / run["run_id"] / "config.json"
-        if config.is_file() and not same_run(json.loads(config.read_text()), run["config"].to_dict()):
-            raise ValueError(f"{config} is not the config {committed.name} declares for {run['run_id']}: remove "
-                             f"{config.parent} and replicate again")
+        run_folder = StudyFolder(str(folder)).run(run["run_id"])
+        if os.path.isfile(run_folder.config) and not same_run(run_folder.read_config(), run["config"].to_dict()):
+            raise ValueError(f"{run_folder.config} is not the config {committed.name} declares for {run['run_id']}: "
+                             f"remove {run_folder.path} and replicate again")
 
 
 def replicate_command(args) -> int:
@@ -286,7 +286,7 @@ def replicate_command(args) -> int:
           file=args.log_file, flush=True)
     if args.dry_run:
         return 0
-    if folder.is_dir() and (folder / "study.json").is_file():
+    if StudyFolder(str(folder)).is_study():
         _check_replicated(committed, runs, folder)
     if todo:
         bar = tqdm(total=len(todo), unit="run", disable=args.no_progress, desc=f"{committed.name} {question.id}")
