@@ -153,7 +153,7 @@ def test_task_options_from_a_file_and_the_command_line_reach_the_task(tmp_path, 
     for overrides in ({"task.options": '{"max_digits": 3, "min_digits": 1}', "task.options.min_digits": "2"},
                       {"task.options.min_digits": "2", "task.options": '{"max_digits": 3}'}):
         assert dict(load_config("micro", overrides).task.options) == {"max_digits": 3, "min_digits": 2}
-    with pytest.raises(ValueError, match="must be a JSON object of task options"):
+    with pytest.raises(ValueError, match="'task.options' must be a mapping"):
         load_config("micro", {"task.options": "[1]"})
     # A misspelt option is the task's one-line refusal, naming it.
     status = main(["train", "--config", "micro", "--output-dir", str(tmp_path / "other"), "--task.options.max_digit", "3"])
