@@ -136,22 +136,25 @@ class ReplicationRecord:
     run_seconds: float  # the replicated runs' own training time here (study_wall.json), however many invocations
 
     def lines(self) -> list[str]:
-        """The side-by-side report: verdict first, then both answers with their intervals and kernels."""
-        def row(label, c, kernels):
+        """The side-by-side report, verdict first, each line within 80 characters (a book column): both answers
+        with their intervals and p-values, then the kernels each ran on."""
+        import textwrap
+
+        def row(label, c):
             lo, hi = c["t_interval"]
-            return (f"  {label:<14}{c['mean']:+.3f}  [{lo:+.3f}, {hi:+.3f}]  p {c['p']:.3f}  "
-                    f"{len(c['differences'])} pairs  kernels {kernels}")
+            return f"  {label:<13}{c['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  p {c['p']:.3f}  {len(c['differences'])} pairs"
 
         method, reference = self.committed["method"], self.committed["reference"]
         level = f"{100 * (1 - self.alpha):.0f}%"
+        here = self.here_kernels + (f" ({self.here_kernel_setting})" if self.here_kernel_setting else "")
         return [
-            f"{self.study} {self.question}: {self.verdict.upper()} (the rule declared in sapo_lab.studies.replicate)",
-            f"  {self.text}",
-            f"  {method} - {reference}, mean paired difference of the endpoint with its {level} t interval:",
-            row("committed", self.committed, ", ".join(self.committed_kernels) or "unrecorded"),
-            row("this machine", self.here, self.here_kernels + (f" ({self.here_kernel_setting})"
-                                                                 if self.here_kernel_setting else "")),
-            f"  reaches the declared level (p < {self.alpha}): committed {'yes' if self.committed_reaches_level else 'no'}, "
+            f"{self.study} {self.question}: {self.verdict.upper()} (rule declared in sapo_lab.studies.replicate)",
+            *textwrap.wrap(self.text, 78, initial_indent="  ", subsequent_indent="  "),
+            f"  {method} - {reference}, mean paired difference, {level} t interval:",
+            row("committed", self.committed),
+            row("this machine", self.here),
+            f"  kernels: committed {', '.join(self.committed_kernels) or 'unrecorded'}; here {here}",
+            f"  p < {self.alpha}: committed {'yes' if self.committed_reaches_level else 'no'}, "
             f"here {'yes' if self.here_reaches_level else 'no'}",
         ]
 
