@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -271,10 +272,10 @@ def test_the_handout_states_what_the_grader_checks():
     # (the GSPO detach once) missing from the page a student follows
     handout = (ROOT / "book" / "assignment_sapo.md").read_text()
     rows = {}
-    for line in handout.splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > 3 and cells[1].isdigit():
-            rows[cells[2].split("(")[0].strip("` ")] = int(cells[-2])
+    for line in handout.splitlines():  # "- **Part N, `name`** (P points; returns ...): what it computes"
+        m = re.match(r"- \*\*Part \d, (.+?)\*\* \((\d+) points", line)
+        if m:
+            rows[m[1].split("(")[0].strip("` ")] = int(m[2])
     assert {k: v for k, v in rows.items() if k in grader.PARTS} == {k: p for k, (p, _) in grader.PARTS.items()}
     assert rows["training"] == grader.TRAIN_POINTS
     assert grader.ATOL == grader.RTOL == 1e-6 and "tolerance of $10^{-6}$" in handout
