@@ -359,7 +359,10 @@ def cmd_grade(args, overrides) -> int:
 
 def _config_flags(p: argparse.ArgumentParser) -> None:
     """``--config`` and, listed in the help, every config key as ``--KEY VALUE``."""
-    p.add_argument("--config", default=None, help="preset name (cpu-tiny, gpu-gpt2-small) or JSON file (default cpu-tiny)")
+    from .runs.config_keys import preset_names
+
+    p.add_argument("--config", default=None,
+                   help=f"preset name ({', '.join(preset_names())}) or JSON file (default {DEFAULT_PRESET})")
     p.epilog = config_keys_help(DEFAULT_PRESET)
     p.set_defaults(read_rest=_config_overrides)
 

@@ -159,3 +159,11 @@ def test_task_options_from_a_file_and_the_command_line_reach_the_task(tmp_path, 
     status = main(["train", "--config", "micro", "--output-dir", str(tmp_path / "other"), "--task.options.max_digit", "3"])
     err = capsys.readouterr().err
     assert status == 2 and "max_digit" in err and err.count("\n") == 1, err
+
+
+def test_the_help_names_every_preset(capsys):
+    # catches a preset that trains but that --help does not offer (micro was missing from the list)
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(name in out.split("preset name (", 1)[1].split(")", 1)[0] for name in PRESETS)

@@ -57,6 +57,13 @@ def config_keys(tree=None) -> tuple[ConfigKey, ...]:
     )
 
 
+def preset_names() -> list[str]:
+    """The presets ``--config`` accepts by name, in declaration order."""
+    from .config import PRESETS
+
+    return list(PRESETS)
+
+
 def preset_values(preset: str) -> dict:
     """The keys a preset of ``PRESETS`` sets, with their values (``{}`` for an unknown name); task options
     are gathered back under ``task.options``, the key ``--help`` lists."""
