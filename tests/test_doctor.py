@@ -311,3 +311,23 @@ def test_doctor_outside_a_checkout_reads_the_run_and_says_the_map_is_not_here(tm
     assert main(["doctor", str(run)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("verdict: ") and "gate map: not found here" in out
+
+
+@pytest.mark.parametrize(("key", "value"), [("losses/signal_removed_frac", -5.0), ("losses/signal_removed_frac", 50.0),
+                                            ("ratio/q01", -0.5), ("rollout/zero_advantage_group_frac", 1.5)])
+def test_a_logged_value_outside_its_range_is_a_damaged_log(tmp_path, capsys, key, value):
+    """From the outside test: a share of -500% read as 'gate inert'. Catches a regime named from impossible values."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from sapo_lab.cli import main
+
+    run = Path(__file__).resolve().parents[1] / "results" / "confirm_addition" / "runs" / "sapo_seed10"
+    shutil.copy(run / "config.json", tmp_path / "config.json")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[3][key] = value
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["doctor", str(tmp_path), "--no-map"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is damaged" in err and "step 4" in err and err.count("\n") == 1, err

@@ -188,7 +188,23 @@ def _read_sapo_lab(path: str) -> RunLog:
     series["max_abs_log_ratio"] = [None if q is None else m for m, q in
                                    zip(series["max_abs_log_ratio"], series["ratio_q01"], strict=True)]
     logs_ratio = any(SAPO_LAB_KEYS["ratio_q01"] in r for r in rows)
-    return RunLog(path, "sapo_lab", [r["step"] for r in rows], series, settings, logs_ratio)
+    return _check_ranges(RunLog(path, "sapo_lab", [r["step"] for r in rows], series, settings, logs_ratio),
+                         os.path.join(path, METRICS))
+
+
+# What a logged value can be at all: a share lies in [0, 1]; a ratio, a |log r| and an entropy are not negative.
+# A finite value outside its range is a damaged log, not a regime (non-finite values are read as collapse).
+RANGES = {"signal_removed": (0.0, 1.0), "zero_spread": (0.0, 1.0), "ratio_q01": (0.0, math.inf),
+          "ratio_q99": (0.0, math.inf), "max_abs_log_ratio": (0.0, math.inf), "entropy": (0.0, math.inf),
+          "gate_weight_mean": (0.0, math.inf)}
+
+
+def _check_ranges(log: RunLog, source: str) -> RunLog:
+    for name, (low, high) in RANGES.items():
+        for step, v in zip(log.steps, log.series[name], strict=True):
+            if v is not None and math.isfinite(v) and not low <= v <= high:
+                raise RunDirError(f"{source} is damaged: {name} = {v:g} at step {step} lies outside [{low:g}, {high:g}]")
+    return log
 
 
 def _trainer_state_path(path: str) -> str | None:
@@ -210,7 +226,7 @@ def _read_trl(path: str, state_path: str) -> RunLog:
     rows = [r for r in history if "loss" in r and isinstance(r.get("step"), int)]
     series = {name: [_number(r.get(TRL_KEYS[name])) for r in rows] for name in SERIES}
     logs_ratio = any(key in r for r in rows for key in TRL_DIAGNOSTICS.values())
-    return RunLog(path, "trl", [r["step"] for r in rows], series, {}, logs_ratio)
+    return _check_ranges(RunLog(path, "trl", [r["step"] for r in rows], series, {}, logs_ratio), state_path)
 
 
 # ---------------------------------------------------------------- the regime
