@@ -109,7 +109,8 @@ TWO_STEPS = ["--max_steps", "2", "--cold_start.max_updates", "2", "--cold_start.
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-def test_every_preset_trains_through_the_command_line(tmp_path, preset, capsys):
+def test_every_preset_trains_through_the_command_line(tmp_path, preset, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the presets' cold-start cache (runs/_coldstart) is relative: not the checkout's
     out = tmp_path / "run"
     assert main(["train", "--config", preset, "--output-dir", str(out), *TWO_STEPS]) == 0, capsys.readouterr().err
     saved = json.loads((out / "config.json").read_text())
@@ -125,9 +126,10 @@ def test_every_preset_trains_through_the_command_line(tmp_path, preset, capsys):
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
 
 
-def test_task_options_from_a_file_and_the_command_line_reach_the_task(tmp_path, capsys):
+def test_task_options_from_a_file_and_the_command_line_reach_the_task(tmp_path, capsys, monkeypatch):
     """``--task.options.NAME VALUE`` and a JSON config's ``task.options`` both load, resume compares them by
     name, and a changed option is refused naming it. Catches the two flattenings disagreeing again."""
+    monkeypatch.chdir(tmp_path)  # the default cold-start cache is relative (runs/_coldstart): not the checkout's
     config = tmp_path / "three_digits.json"
     config.write_text(json.dumps({"model": {"name_or_path": "cpu-micro"}, "task": {"options": {"max_digits": 3}}}))
     out = tmp_path / "run"
