@@ -367,9 +367,11 @@ def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None)
         raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
     for key, value in (overrides or {}).items():
         key = resolve_key(key)
-        if key == TASK_OPTIONS and isinstance(_parse_option(value), dict):
-            value = _parse_option(value)  # every option at once: merged with the others, like a file's
-        data = _merge(data, _nest(key, _parse_option(value) if task_option_name(key) else value))
+        parsed = _parse_option(value)
+        # one option, or every option at once as a JSON object (merged with the others, like a file's)
+        if task_option_name(key) or (key == TASK_OPTIONS and isinstance(parsed, dict)):
+            value = parsed
+        data = _merge(data, _nest(key, value))
     return _validated(data)
 
 

@@ -79,7 +79,7 @@ def question_runs(study: Study, question: Question, root: str) -> list[dict]:
     return rows
 
 
-def committed_wall(study: Study, run_ids) -> float | None:
+def training_seconds(study: Study, run_ids) -> float | None:
     """Seconds ``study``'s machine spent training these runs (their ``study_wall.json``), or None if unrecorded."""
     total = 0.0
     for run_id in run_ids:
@@ -181,7 +181,7 @@ def conclude(committed: Study, replicated: Study, question: Question, here_kerne
         study=committed.name, question=question.id, text=question.text, alpha=alpha, committed=c, here=h,
         committed_kernels=sorted(known), here_kernels=here_kernels, here_kernel_setting=current_kernel_setting(),
         verdict=verdict(c, h, here_kernels in known), here_reaches_level=h["p"] < alpha,
-        committed_reaches_level=c["p"] < alpha, runs=runs, run_seconds=committed_wall(replicated, runs) or 0.0,
+        committed_reaches_level=c["p"] < alpha, runs=runs, run_seconds=training_seconds(replicated, runs) or 0.0,
     )
 
 
@@ -227,7 +227,8 @@ def _read_committed(name: str, results_root: str) -> Study:
         raise ValueError(f"--results-root {results_root} is not a folder")
     try:
         study = load_study(name, root)
-        study.environment["invocations"][0].get  # noqa: B018  (read now: a damaged record fails before training)
+        if not isinstance(study.environment["invocations"], list):  # damaged: found before any training
+            raise TypeError("environment.json's invocations are not a list")
     except FileNotFoundError as exc:
         raise ValueError(str(exc).splitlines()[0]) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -283,7 +284,7 @@ def replicate_command(args) -> int:
     mine = [r["run_id"] for k, r in enumerate(runs) if k % n == i]
     todo = [run_id for run_id in mine if run_status(str(folder / "runs" / run_id)) != "done"]
     env = committed.environment["invocations"]
-    wall = committed_wall(committed, todo)
+    wall = training_seconds(committed, todo)
     wall = wall if wall is not None and math.isfinite(wall) and wall >= 0 else None
     print(plan_text(question, runs, todo, wall, env[0].get("processor", "?") if env else "?", folder),
           file=args.log_file, flush=True)
