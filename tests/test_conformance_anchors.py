@@ -8,11 +8,10 @@ Mistakes each test catches are named in its docstring.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
+from _user_module import install_user_module
+from _user_module import run_conformance as _run
 
-from sapo_lab.cli import main as cli_main
 from sapo_lab.conformance import EMPTY_RESPONSE, FINITE_DIFFERENCES, ON_POLICY, TEMPERATURE_NEG, audit
 
 TAU_POS, TAU_NEG = 1.0, 1.05
@@ -59,17 +58,7 @@ plain_sapo, raises_on_an_empty_response = _NAMES["plain_sapo"], _NAMES["raises_o
 
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch):
-    monkeypatch.delitem(sys.modules, "anchor_losses", raising=False)
-    (tmp_path / "anchor_losses.py").write_text(LOSSES)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
-
-
-def _run(argv, capsys):
-    code = cli_main(["conformance", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return install_user_module(tmp_path, monkeypatch, "anchor_losses", LOSSES)
 
 
 # ---- an error row is a difference ----

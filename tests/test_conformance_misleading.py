@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
+from _user_module import install_user_module, run_conformance
 
-from sapo_lab.cli import main as cli_main
 from sapo_lab.conformance import EXTREME, ReportCard
 from sapo_lab.conformance.card import WIDTH
 
@@ -136,16 +135,11 @@ def hangs(logp, old_logp, advantages, mask):
 
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch):
-    monkeypatch.delitem(sys.modules, "user_losses", raising=False)
-    (tmp_path / "user_losses.py").write_text(LOSSES)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
+    return install_user_module(tmp_path, monkeypatch, "user_losses", LOSSES)
 
 
 def _run(argv, capsys):
-    code = cli_main(["conformance", *argv])
-    out, err = capsys.readouterr()
+    code, out, err = run_conformance(argv, capsys)
     if "--json" not in argv:
         assert not [line for line in out.splitlines() if len(line) > WIDTH], out
     return code, out, err
