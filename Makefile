@@ -45,13 +45,13 @@ unit: venv
 nbval: venv
 	$(ONE_THREAD) $(BIN)/python -m pytest -q $(NB_PAR) --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
-# Student notebooks in student/: solutions replaced by stubs, checks kept (tests/test_student.py checks that
+# Student notebooks in student/: solutions replaced by stubs, checks kept (tests/course/test_student.py checks that
 # each runs up to its first stub and that the teacher notebooks survive the round trip unchanged).
 student:
 	$(PYTHON) tools/make_student.py
 
 browser: venv
-	$(BIN)/python -m pytest -q -m browser tests/test_browser.py
+	$(BIN)/python -m pytest -q -m browser tests/book/test_browser.py
 
 # Both cores stay busy: the book build executes its chapters one after another in one kernel, so it runs
 # beside the unit tests and then nbval (two pytest workers each); the browser test reads the built book.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build framework_audit/.venv-axolotl: TRL's environment (benchmarks/.venv-trl, read through a .pth file) plus
 # requirements-axolotl.txt installed with --no-deps, for framework_audit/settings_reach_axolotl.py and
-# tests/test_axolotl_settings_reach.py. Rebuilt only when a requirements file is newer than the stamp.
+# tests/integrations/test_axolotl_settings_reach.py. Rebuilt only when a requirements file is newer than the stamp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=framework_audit/.venv-axolotl

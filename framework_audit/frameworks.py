@@ -1,7 +1,7 @@
 """The audited frameworks: the package, its pinned version, its environment and its adapter.
 
 A framework's environment is built from its own requirements file by ``framework_audit/build_env.sh``.
-The versions here must equal the pins in those files (tests/test_conformance_matrix.py checks it).
+The versions here must equal the pins in those files (tests/conformance/test_conformance_matrix.py checks it).
 """
 
 from __future__ import annotations

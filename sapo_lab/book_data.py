@@ -64,7 +64,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "12_reading_the_evidence": tuple(p for name in _EVIDENCE for p in _study(name)),
     "13_limitations_reproducibility": (*_study("main_comparison"), *_study("cost_of_conservatism"),
                                        *(p for name in _CONFIRMATORY for p in _study(name)),
-                                       *_metadata("*"), "tests/test_results_reproduce.py",
+                                       *_metadata("*"), "tests/studies/test_results_reproduce.py",
                                        "results/gate_map/runs/sapo_tau_x8.81_lr2e-4_M8_seed26/*",
                                        "results/replications/*/replication.json",
                                        "results/replications/*/runs/*/study_record.json"),

@@ -1,4 +1,4 @@
-"""The package's layers and the imports each may make (checked by tests/test_layers.py).
+"""The package's layers and the imports each may make (checked by tests/package/test_layers.py).
 
 Lower layers never import higher ones, so the loss library loads with torch alone and
 tasks with the standard library. ``runs`` owns what a run and a study leave on disk (config,

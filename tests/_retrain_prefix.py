@@ -1,6 +1,6 @@
 """Retrain the first steps of a committed run, as a script: ``python tests/_retrain_prefix.py RUN OUT STEPS CACHE``.
 
-tests/test_results_reproduce.py runs it in a fresh interpreter because the CPU kernel setting the run needs
+tests/studies/test_results_reproduce.py runs it in a fresh interpreter because the CPU kernel setting the run needs
 (``sapo_lab.runs.kernels``) is read once, when torch loads.
 """
 

@@ -4,9 +4,9 @@
     python tools/book_data_manifest.py --check  # exit 1 if either is out of date
 
 It reads the files as committed (HEAD): commit results first, then run it and commit its two files.
-Run it whenever results/, experiments/ or tests/test_results_reproduce.py change: a chapter running
+Run it whenever results/, experiments/ or tests/studies/test_results_reproduce.py change: a chapter running
 outside the repository checks every file it fetches against this manifest (sapo_lab/book_data.py),
-so a stale manifest would fail there; tests/test_book_data.py fails here first.
+so a stale manifest would fail there; tests/book_data/test_book_data.py fails here first.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COVERED = ["results", "experiments", "tests/test_results_reproduce.py"]
+COVERED = ["results", "experiments", "tests/studies/test_results_reproduce.py"]
 MODULE = ROOT / "sapo_lab" / "book_data.py"
 HEADER = "# SHA256 SIZE PATH of every committed file a chapter may fetch (tools/book_data_manifest.py)\n"
 

@@ -2,7 +2,7 @@
 # The conformance leg: rebuild the environments of the frameworks that fit CI's budget, rerun their audit
 # and fail if the matrix they give differs from the committed results/conformance/matrix.json (dates and
 # timings aside). The other frameworks' committed results say when they were last run (`make conformance`);
-# tests/test_conformance_matrix.py checks the committed file is consistent. Usage: bash tools/ci_conformance.sh
+# tests/conformance/test_conformance_matrix.py checks the committed file is consistent. Usage: bash tools/ci_conformance.sh
 # [--build-only: only build the environments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ start=$(date +%s)
 # Trinity-RFT and verl add ray and a few small packages (verl: about 50 s to build, 415 MB). AReaL and both
 # ms-swift versions need 3-5 minutes and 600-720 MB each (results/conformance/matrix.md: build times, sizes,
 # and when each was last run); their findings are held to the upstream lines and SHA-256 their adapters were
-# read from (tests/test_conformance_matrix.py), and a changed file fails `make conformance` when they are rerun.
+# read from (tests/conformance/test_conformance_matrix.py), and a changed file fails `make conformance` when they are rerun.
 # So are the three built otherwise: Axolotl (its pins over TRL's environment: 36-253 s to build, 20-83 s to
 # audit), skyrl 0.4.0 (Python 3.12 with torch's CUDA build: 6 minutes, 4.4 GB) and EasyR1 (seconds, but built
 # from a clone of its repository, which CI does not have).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The TRL leg: build TRL's own environment from requirements-trl.txt, then run tests/test_trl_*.py there
+# The TRL leg: build TRL's own environment from requirements-trl.txt, then run tests/integrations/test_trl_*.py there
 # with TRL required (a missing TRL fails instead of skipping). Usage: bash tools/ci_trl.sh [pytest args | --build-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +17,5 @@ fi
 echo "TRL environment ready in $(( $(date +%s) - start )) s"
 if [ "${1:-}" = "--build-only" ]; then exit 0; fi
 export PYTHONPATH=$PWD SAPO_LAB_REQUIRE_TRL=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
-"$VENV/bin/python" -m pytest -q tests/test_trl_mapping.py tests/test_trl_equivalence.py tests/test_trl_export.py tests/test_trl_settings_reach.py tests/test_trl_diagnostics.py "$@"
+"$VENV/bin/python" -m pytest -q tests/integrations/test_trl_mapping.py tests/integrations/test_trl_equivalence.py tests/integrations/test_trl_export.py tests/integrations/test_trl_settings_reach.py tests/integrations/test_trl_diagnostics.py "$@"
 echo "TRL leg wall time: $(( $(date +%s) - start )) s"

@@ -3,7 +3,7 @@
     python tools/colab_cell.py          # rewrite the first code cell of each book/*.ipynb
     python tools/colab_cell.py --check  # exit 1 if any notebook's cell differs
 
-tests/test_book.py compares every notebook's first code cell with :func:`colab_cell_source`.
+tests/book/test_book.py compares every notebook's first code cell with :func:`colab_cell_source`.
 
 The cell installs sapo_lab (from ``SAPO_LAB_REPOSITORY`` when set, else _config.yml's repository) with
 ``--no-deps`` and then the runtime dependencies except torch, so that a Colab runtime keeps its own CUDA

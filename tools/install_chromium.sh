@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Debian's headless-capable Chromium and its matching chromedriver for the
-# browser test (tests/test_browser.py). Needs root (or sudo). Safe to run twice.
+# browser test (tests/book/test_browser.py). Needs root (or sudo). Safe to run twice.
 set -euo pipefail
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
     echo "chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || true)"

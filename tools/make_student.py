@@ -4,7 +4,7 @@ A teacher notebook marks a coded solution with the cell tag ``solution`` and the
 ``check``; a written answer is a markdown cell tagged ``solution``. The student copy replaces each solution cell
 by a stub (code: "your code here" and ``raise NotImplementedError``; markdown: an empty answer) and leaves every
 other cell, checks included, byte for byte as it was, so students run the check to learn whether they are right.
-A solution cell's ``wrong_answers`` metadata (the plausible mistakes tests/test_exercise_checks.py runs each
+A solution cell's ``wrong_answers`` metadata (the plausible mistakes tests/course/test_exercise_checks.py runs each
 check against) stays in the teacher notebook only.
 
     python tools/make_student.py [OUTPUT_DIR]      # default: student/

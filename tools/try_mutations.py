@@ -42,8 +42,10 @@ def copy_tree(dest: str) -> None:
 
 
 def suite_files(tree: str) -> list[str]:
-    names = sorted(f for f in os.listdir(os.path.join(tree, SUITE)) if f.startswith("test_") and f.endswith(".py"))
-    return [f"{SUITE}/{f}" for f in names if not f.startswith(NOT_TRAINING)]
+    paths = sorted(os.path.relpath(os.path.join(folder, f), tree)
+                   for folder, _, files in os.walk(os.path.join(tree, SUITE))
+                   for f in files if f.startswith("test_") and f.endswith(".py"))
+    return [p for p in paths if not os.path.basename(p).startswith(NOT_TRAINING)]
 
 
 def area(m) -> str:

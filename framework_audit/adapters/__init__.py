@@ -7,7 +7,7 @@
 - ``SOURCES``: the upstream files the adapter was written from (:class:`Source`: path inside site-packages,
   line range, SHA-256 of the installed file), so a changed file is noticed when the audit reruns;
 - ``EXPECTED``: per setting, the checks a reading of those lines says differ from the paper (the audit
-  must find exactly these; tests/test_conformance_matrix.py holds the committed matrix to them).
+  must find exactly these; tests/conformance/test_conformance_matrix.py holds the committed matrix to them).
 
 An adapter only builds the framework's inputs and calls its function: it never restates the loss.
 A setting's ``finding_level`` says whether it calls the loss as the framework's trainer does

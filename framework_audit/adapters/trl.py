@@ -1,7 +1,7 @@
 """TRL 1.16.0: GRPOTrainer._compute_loss with loss_type="sapo", on a real trainer.
 
 The trainer holds a tiny GPT-2 (sapo_lab's cpu-micro preset) that the loss never runs: its log-prob
-method is replaced by one returning the audit's log-probs, as in tests/test_trl_equivalence.py. The loss is
+method is replaced by one returning the audit's log-probs, as in tests/integrations/test_trl_equivalence.py. The loss is
 the trainer's own method, called as its training step calls it on one micro-batch. TRL builds the
 temperatures with torch.where on Python floats, so they are held in torch's default dtype (float32): the
 float64 audit recognises tau held in float32 and says so.

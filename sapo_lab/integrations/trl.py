@@ -16,7 +16,7 @@ What TRL 1.16 computes (``GRPOTrainer._compute_loss``, read from the installed s
 tokens and the mean over *all* responses of the micro-batch, divided by the gradient
 accumulation steps. ``importance_sampling_level="sequence"`` replaces the token log ratio by
 the response's mean log ratio. That is ``sapo_lab.policy_loss`` with ``aggregation=
-"per_response"`` up to the two differences in :data:`DIFFERENCES` (tests/test_trl_equivalence.py).
+"per_response"`` up to the two differences in :data:`DIFFERENCES` (tests/integrations/test_trl_equivalence.py).
 """
 
 from __future__ import annotations

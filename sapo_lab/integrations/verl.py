@@ -1,6 +1,6 @@
 """The same SAPO run on verl: one declared config mapping to verl's Hydra overrides, and the reward function.
 
-Tested against verl 0.9.1 (``framework_audit/requirements-verl.txt``; ``tests/test_verl_config.py`` composes
+Tested against verl 0.9.1 (``framework_audit/requirements-verl.txt``; ``tests/integrations/test_verl_config.py`` composes
 verl's own ``ppo_trainer`` config with the exported overrides in that environment). verl is never imported
 here: the declared tables (:data:`MAPPING`, :data:`FIXED`, :data:`REFUSALS`, :data:`DIFFERENCES`) are plain
 Python, so the book renders them and the main environment exports without verl.

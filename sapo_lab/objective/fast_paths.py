@@ -2,7 +2,7 @@
 
 :func:`sapo_lab.objective.losses.policy_loss` runs on every minibatch of every step, so its small
 per-call costs add up. Each function here does a plain torch operation with fewer kernels or a
-remembered answer, and gives that operation's values bit for bit (``tests/test_speed_identity.py``
+remembered answer, and gives that operation's values bit for bit (``tests/training/test_speed_identity.py``
 holds each to the plain form):
 
 * :func:`check_settings`: a kernel's settings check, remembered for plain numbers that passed;

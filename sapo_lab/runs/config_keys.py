@@ -3,7 +3,7 @@
 Read from the config tree itself (:class:`sapo_lab.runs.config.TrainConfig`): a field whose type is
 a dataclass is a section, every other field a key, with the default and the ``description`` its
 ``Field`` declares. Importing the tree loads pydantic but not torch, so ``python -m sapo_lab train
---help`` answers before torch loads. tests/test_cli_help.py checks the help against the tree.
+--help`` answers before torch loads. tests/cli/test_cli_help.py checks the help against the tree.
 """
 
 from __future__ import annotations

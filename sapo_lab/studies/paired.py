@@ -14,7 +14,7 @@ decides whether a gap is noise. Everything here works on those paired difference
 * :func:`trajectory_key`, :func:`distinct`: the same run found in two studies counts once.
 
 The t and noncentral t distributions are scipy's; the exact tests enumerate with the
-standard library. ``tests/test_paired.py`` checks them against hand-worked cases.
+standard library. ``tests/evidence/test_paired.py`` checks them against hand-worked cases.
 """
 
 from __future__ import annotations

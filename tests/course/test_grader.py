@@ -1,0 +1,289 @@
+"""The SAPO assignment's grader (sapo_lab/course/grader.py, ``python -m sapo_lab grade``).
+
+Full marks for a correct module written from the handout alone (plain torch); each planted wrong module loses
+exactly its part and the grader names its mistake; a module that does not import, or imports sapo_lab, exits 2
+with one line; the frozen outputs are what assignment/make_expected.py writes (at the grader's tolerance); the
+CS336 adapters agree with sapo_lab; the training part runs the student's loss through the trainer (on the micro
+config). The hostile modules are in test_grader_isolation.py, the naming of mistakes in test_grader_naming.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sapo_lab.course import grader
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / "tests" / "course" / "assignment_modules"
+CORRECT = MODULES / "from_handout.py"
+WRAPS_LIBRARY = MODULES / "wraps_sapo_lab.py"
+SEED = 20261205
+
+# planted module -> (the part it breaks, the mistake the grader must name)
+PLANTED = {
+    "wrong_sample_std": ("group_advantages", "sample std (divided by G - 1) instead of the population std"),
+    "wrong_token_pool": ("masked_mean", "the two aggregations swapped"),
+    "wrong_clip_max": ("clipped_surrogate_loss", "max instead of min (the pessimistic bound reversed)"),
+    "wrong_gate_prefactor": ("sapo_gate", "the 4/tau prefactor missing"),
+    "wrong_swapped_temperatures": ("sapo_loss", "tau_pos and tau_neg swapped"),
+    "wrong_not_detached": ("sapo_loss", "behaviour log-probs not detached (gradient flows into the old policy)"),
+    "wrong_gspo_padding": ("gspo_sequence_ratio", "padding included in the mean log ratio"),
+    "wrong_batch_advantages": ("update_loss", "advantages normalised over the whole batch instead of per group"),
+}
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "sapo_lab", "grade", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+def total_line(stdout: str) -> tuple[str, str]:
+    total = next(line for line in stdout.splitlines() if line.startswith("total"))
+    earned, points = total.split()[1].split("/")
+    return earned, points
+
+
+def test_a_module_written_from_the_handout_gets_full_marks_and_exit_0():
+    # catches: a grader requirement the handout does not state (e.g. the GSPO detach once was), or a fresh input
+    # on which the plain definitions and sapo_lab's reference part
+    run = cli(str(CORRECT), "--seed", str(SEED))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert total_line(run.stdout) == (str(sum(p for p, _ in grader.PARTS.values())),) * 2
+    assert f"seed {SEED}" in run.stdout.splitlines()[0]
+
+
+def test_a_module_that_wraps_sapo_lab_is_refused_unless_the_instructor_allows_it():
+    # catches: the switch ignored (refused both ways, or allowed both ways)
+    refused = cli(str(WRAPS_LIBRARY), "--seed", str(SEED))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "imports sapo_lab" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    allowed = cli(str(WRAPS_LIBRARY), "--seed", str(SEED), "--allow-sapo-lab")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+
+
+def test_the_skeleton_scores_zero_and_says_not_implemented():
+    report = grader.grade(str(ROOT / "assignment" / "sapo_assignment.py"), seed=SEED)
+    assert all(p.earned == 0 and p.note == "not implemented" for p in report.parts)
+    assert len(report.parts) == 7
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_each_planted_mistake_loses_its_part_and_is_named(name):
+    # catches: a part graded with the student's own other functions (one bug costing several parts), or a
+    # mistake no longer recognised from its frozen outputs
+    part, mistake = PLANTED[name]
+    report = grader.grade(str(MODULES / f"{name}.py"), seed=SEED)
+    failed = [p for p in report.parts if p.earned < p.points]
+    assert [p.part for p in failed] == [part]
+    assert failed[0].mistake == mistake
+    assert not report.passed
+
+
+def test_a_planted_mistake_exits_1_through_the_command_line():
+    run = cli(str(MODULES / "wrong_clip_max.py"))
+    assert run.returncode == 1
+    assert "most likely mistake: max instead of min" in run.stdout
+
+
+@pytest.mark.parametrize("name, says", [
+    ("does_not_import.py", "does not import: NameError"),
+    ("imports_objective.py", "imports sapo_lab.objective"),
+    ("no_such_module.py", "no such file"),
+])
+def test_an_ungradable_module_exits_2_with_one_line(name, says):
+    run = cli(str(MODULES / name))
+    assert run.returncode == 2
+    assert run.stdout == "" and len(run.stderr.strip().splitlines()) == 1
+    assert says in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_bad_time_limit_exits_2_with_one_line():
+    run = cli(str(CORRECT), "--time-limit", "0")
+    assert run.returncode == 2 and "--time-limit" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_the_frozen_outputs_are_what_the_generator_writes(tmp_path, monkeypatch):
+    # compared at the grader's tolerance: another CPU kind changes float64 results in the last bit
+    spec = importlib.util.spec_from_file_location("make_expected", ROOT / "assignment" / "make_expected.py")
+    gen = importlib.util.module_from_spec(spec)
+    previous = torch.get_default_dtype()  # the generator sets float64 when it is imported
+    try:
+        spec.loader.exec_module(gen)
+        monkeypatch.setattr(gen, "OUT", tmp_path / "expected.json")
+        assert gen.main() == 0
+    finally:
+        torch.set_default_dtype(previous)
+    regenerated = json.loads((tmp_path / "expected.json").read_text())
+    assert grader.close(regenerated, json.loads(grader.EXPECTED.read_text()))
+
+
+def first_number_path(x, path=()):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            found = first_number_path(v, (*path, k))
+            if found is not None:
+                return found
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            found = first_number_path(v, (*path, i))
+            if found is not None:
+                return found
+    elif isinstance(x, float) and x != 0:
+        return path
+    return None
+
+
+def test_the_frozen_comparison_fails_on_a_value_off_by_more_than_the_tolerance_or_a_changed_structure():
+    # catches: the comparison above loosened to "same keys", or the tolerance loosened a thousandfold
+    frozen = json.loads(grader.EXPECTED.read_text())
+    path = first_number_path(frozen["parts"]["sapo_loss"][0]["expected"])
+    off = copy.deepcopy(frozen)
+    holder = off["parts"]["sapo_loss"][0]["expected"]
+    for key in path[:-1]:
+        holder = holder[key]
+    value = holder[path[-1]]
+    holder[path[-1]] = value + 10 * (1e-6 + 1e-6 * abs(value))  # ten times the tolerance the handout states
+    assert not grader.close(off, frozen)
+    holder[path[-1]] = value + 0.1 * (1e-6 + 1e-6 * abs(value))
+    assert grader.close(off, frozen)
+    renamed = copy.deepcopy(frozen)
+    renamed["generated_by"] = "something else"
+    assert not grader.close(renamed, frozen)
+    shorter = copy.deepcopy(frozen)
+    shorter["parts"]["sapo_gate"][0]["expected"]["value"].pop()
+    assert not grader.close(shorter, frozen)
+
+
+def load_adapters(monkeypatch):
+    monkeypatch.setenv("SAPO_ASSIGNMENT", str(CORRECT))
+    spec = importlib.util.spec_from_file_location("cs336_adapters", ROOT / "assignment" / "cs336_adapters.py")
+    adapters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapters)
+    return adapters
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+def test_the_cs336_masked_mean_averages_over_the_masked_elements_only(monkeypatch, dim):
+    # catches: a mean along a dimension divided by the width (padding counted) instead of the masked count
+    adapters = load_adapters(monkeypatch)
+    values = torch.arange(12, dtype=torch.float64).reshape(3, 4) ** 1.5
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 1]])
+    got = adapters.run_masked_mean(values, mask, dim)
+    rows = [[values[i][j].item() for j in range(4) if mask[i][j]] for i in range(3)]
+    cols = [[values[i][j].item() for i in range(3) if mask[i][j]] for j in range(4)]
+    if dim is None:
+        flat = [v for row in rows for v in row]
+        expected = [sum(flat) / len(flat)]
+    else:
+        groups = cols if dim == 0 else rows
+        expected = [sum(g) / len(g) for g in groups]
+    assert torch.allclose(got.reshape(-1), torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("group_size", [2, 4])
+def test_the_cs336_group_normalisation_offers_both_standard_deviations(monkeypatch, group_size):
+    # catches: one convention served under both names, or the sample one computed off by its sqrt(G/(G-1))
+    adapters = load_adapters(monkeypatch)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 1.0, 0.75], dtype=torch.float64)
+    grouped = rewards.reshape(-1, group_size)
+    centred = grouped - grouped.mean(1, keepdim=True)
+    for std, divisor in (("population", group_size), ("sample", group_size - 1)):
+        spread = (centred.pow(2).sum(1, keepdim=True) / divisor).sqrt()
+        got, _ = adapters.run_compute_group_normalized_rewards(rewards, group_size, advantage_eps=1e-6, std=std)
+        assert torch.allclose(got, (centred / (spread + 1e-6)).reshape(-1), rtol=1e-12, atol=1e-12), std
+
+
+def test_the_cs336_sapo_branch_is_the_students_sapo_loss(monkeypatch):
+    # catches: the adapter computing the temperature choice itself (a student's swapped temperatures unseen)
+    monkeypatch.setenv("SAPO_ASSIGNMENT", str(MODULES / "wrong_swapped_temperatures.py"))
+    spec = importlib.util.spec_from_file_location("cs336_adapters", ROOT / "assignment" / "cs336_adapters.py")
+    adapters = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(MODULES))
+    spec.loader.exec_module(adapters)
+    logp = torch.full((2, 1), -1.0, dtype=torch.float64)
+    old = torch.full((2, 1), -1.5, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    per_token, _ = adapters.run_compute_policy_gradient_loss(adv, logp, "sapo", old, tau_pos=1.0, tau_neg=3.0)
+    r = math.exp(0.5)
+    right = [-(4 / 1.0) / (1 + math.exp(-1.0 * (r - 1))), (4 / 3.0) / (1 + math.exp(-3.0 * (r - 1)))]
+    swapped = [-(4 / 3.0) / (1 + math.exp(-3.0 * (r - 1))), (4 / 1.0) / (1 + math.exp(-1.0 * (r - 1)))]
+    assert torch.allclose(per_token.reshape(-1), torch.tensor(swapped, dtype=torch.float64))
+    assert not torch.allclose(per_token.reshape(-1), torch.tensor(right, dtype=torch.float64))
+
+
+def test_the_cs336_adapters_agree_with_sapo_lab(monkeypatch):
+    adapters = load_adapters(monkeypatch)
+    import sapo_lab
+
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.randint(0, 2, (12,), generator=gen).double()
+    adv, _ = adapters.run_compute_group_normalized_rewards(rewards, 4)
+    assert torch.allclose(adv, sapo_lab.group_advantages(rewards.reshape(3, 4)).reshape(-1))
+    logp = (-1.0 + 0.3 * torch.randn(12, 5, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    old = logp.detach() + 0.2 * torch.randn(12, 5, generator=gen, dtype=torch.float64)
+    mask = (torch.arange(5)[None, :] < torch.randint(1, 6, (12,), generator=gen)[:, None]).double()
+    per_token, _ = adapters.run_compute_policy_gradient_loss(adv[:, None], logp, "sapo", old, response_mask=mask)
+    loss = adapters.run_aggregate_loss_across_microbatch(per_token, mask, "sequence")
+    (ours,) = torch.autograd.grad(loss, logp)
+    (lib,) = torch.autograd.grad(sapo_lab.policy_loss(logp, old, adv, mask, loss_type="sapo").loss, logp)
+    assert torch.allclose(ours, lib, atol=1e-12)
+    with pytest.raises(NotImplementedError):
+        adapters.run_compute_policy_gradient_loss(adv, logp, "grpo", old, 0.2)
+
+
+@pytest.mark.slow
+def test_the_training_part_trains_with_the_students_loss(monkeypatch):
+    """On the micro config: the student's sapo_loss is what the trainer differentiates (it is called, and a
+    loss that raises fails the part in one line), and the library's policy_loss is restored afterwards."""
+    from _micro import MICRO, parity_reward
+
+    from sapo_lab.training import update
+
+    module = grader.load_module(str(CORRECT))
+    calls = []
+    real = module.sapo_loss
+    monkeypatch.setattr(module, "sapo_loss", lambda *a, **k: calls.append(1) or real(*a, **k))
+    before = update.policy_loss
+    result, summary = grader.train_part(module, "micro", MICRO, min_gain=-1.0, reward_fn=parity_reward)
+    assert update.policy_loss is before
+    assert calls and result.earned == result.points and summary["pass1_gain"] is not None
+
+    def broken(*a, **k):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(module, "sapo_loss", broken)
+    result, _ = grader.train_part(module, "micro", MICRO, min_gain=-1.0, reward_fn=parity_reward)
+    assert result.earned == 0 and result.note.startswith("training failed: RuntimeError: shape mismatch")
+
+
+
+def test_the_handout_states_what_the_grader_checks():
+    # catches: a grader constant changed without the handout (points, tolerance, time limit), or a checked rule
+    # (the GSPO detach once) missing from the page a student follows
+    handout = (ROOT / "book" / "assignment_sapo.md").read_text()
+    rows = {}
+    for line in handout.splitlines():  # "- **Part N, `name`** (P points; returns ...): what it computes"
+        m = re.match(r"- \*\*Part \d, (.+?)\*\* \((\d+) points", line)
+        if m:
+            rows[m[1].split("(")[0].strip("` ")] = int(m[2])
+    assert {k: v for k, v in rows.items() if k in grader.PARTS} == {k: p for k, (p, _) in grader.PARTS.items()}
+    assert rows["training"] == grader.TRAIN_POINTS
+    assert grader.ATOL == grader.RTOL == 1e-6 and "tolerance of $10^{-6}$" in handout
+    assert f"`--time-limit`, {grader.TIME_LIMIT_S:g} s by default" in handout
+    assert f"a fixed {grader.TRAIN_STEPS} steps" in handout and f"gain of {grader.TRAIN_MIN_GAIN:g}" in handout
+    from sapo_lab.cli import build_parser
+
+    assert build_parser().parse_args(["grade", "m.py"]).time_limit == grader.TIME_LIMIT_S
+    for rule in ("no gradient may reach\n  `behavior_logp`", "in all four parts, the GSPO ratio included", "0-d tensor",
+                 "float64 tensor", "population standard deviation", "torch.sigmoid"):
+        assert rule in handout, rule

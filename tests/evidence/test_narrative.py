@@ -1,0 +1,118 @@
+"""The generated sentences about the confirmatory studies: their numbers, the README's copy, the clip bound."""
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from sapo_lab.studies.analysis import primary_results
+from sapo_lab.studies.narrative import (
+    answer_sentences,
+    clipped_at_least,
+    confirmatory_results,
+    headline_sentence,
+    interval_text,
+    mechanism_reading,
+)
+from sapo_lab.studies.results import load_study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def results():
+    return confirmatory_results()
+
+
+def test_readme_states_the_generated_headline(results):
+    # fails when a rerun changes a confirmatory number and the README still quotes the old one
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert headline_sentence(results) in readme
+
+
+def test_answer_quotes_each_declared_test_once(results):
+    # recomputed from primary_results directly: fails if the sentence quoted another test's interval
+    by_id = {r["id"]: r for name in ("confirm_addition", "confirm_scratchpad") for r in primary_results(load_study(name))}
+    text = answer_sentences(results)
+    for qid in ("Q1", "Q2", "Q4"):
+        assert text.count(interval_text(by_id[qid]["comparison"])) == 1, qid
+    for qid in ("Q3a", "Q3b", "Q3c"):
+        assert interval_text(by_id[qid]["comparison"]) not in text, qid
+
+
+def test_interval_text_uses_true_minus_signs():
+    class C:
+        mean, t_interval = -0.0751, (-0.1237, 0.0261)
+
+    assert interval_text(C) == "\u22120.075 [\u22120.124, +0.026]"
+
+
+def test_mechanism_shares_split_q1(results):
+    m = mechanism_reading(results)
+    assert m.identity_error < 1e-12  # per seed Q1 = Q3a + Q3b: fails if a side were swapped
+    assert abs(m.share_smoothness + m.share_suppression - 1) < 1e-12
+    assert set(m.survivors) <= set(m.raw_below_alpha)  # Holm never rejects what the raw test keeps
+
+
+def test_answer_refuses_a_pending_test(results):
+    partial = {k: v for k, v in results.items() if k != "Q4"}
+    with pytest.raises(ValueError, match="Q4"):
+        answer_sentences(partial)
+
+
+def _true_count(norms, threshold):
+    return sum(n > threshold for n in norms)
+
+
+def test_clip_bound_never_exceeds_the_true_count_and_is_reached():
+    rng = random.Random(0)
+    for _ in range(2000):
+        m = rng.randint(1, 8)
+        norms = [rng.uniform(0.2, 3.0) for _ in range(m)]
+        mean, largest = sum(norms) / m, max(norms)
+        assert clipped_at_least(mean, largest, 1.0, m) <= _true_count(norms, 1.0)
+    # tight when the clipped norms all equal the largest and the rest sit at the threshold
+    for m, k in itertools.product(range(1, 9), range(0, 9)):
+        if k > m:
+            continue
+        norms = [2.5] * k + [1.0] * (m - k)
+        assert clipped_at_least(sum(norms) / m, max(norms), 1.0, m) == k
+
+
+def test_clip_bound_catches_a_bound_divided_by_the_largest_norm():
+    # the plausible slip (mean - c) / largest would say 1 here; two norms of 1.5 give exactly 2
+    assert clipped_at_least(1.5, 1.5, 1.0, 2) == 2
+
+
+def _displayed_by(cell_source: str, monkeypatch, namespace: dict) -> str:
+    """Run one notebook cell with IPython's display captured; the Markdown it showed, joined."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
+    namespace = {"Markdown": IPython.display.Markdown, "display": IPython.display.display, **namespace}
+    exec(compile(cell_source, "<cell>", "exec"), namespace)
+    return " ".join(o.data for o in shown if isinstance(o, IPython.display.Markdown))
+
+
+def _cell_after(notebook: str, marker: str) -> str:
+    """The first code cell after the markdown cell that contains ``marker``."""
+    cells = json.loads((ROOT / "book" / notebook).read_text())["cells"]
+    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and marker in "".join(c["source"]))
+    return next("".join(c["source"]) for c in cells[start + 1 :] if c["cell_type"] == "code")
+
+
+def test_landing_page_and_closing_display_the_generated_headline(results, monkeypatch):
+    # fails if the landing page (or Chapter 16's closing) writes its own sentence instead of headline_sentence's
+    headline = headline_sentence(results)
+    landing = _cell_after("01_reading_map.ipynb", "## The finding in one sentence")
+    assert headline in _displayed_by(landing, monkeypatch, {})
+    closing = _cell_after("16_conclusion.ipynb", "## Closing")
+    shown = _displayed_by(
+        closing, monkeypatch, {"confirmed": results, "interval_text": interval_text, "headline_sentence": headline_sentence}
+    )
+    assert headline in shown
+    # the capture itself: a cell showing another sentence is not taken for the headline
+    assert headline not in _displayed_by('display(Markdown("SAPO finished above GRPO."))', monkeypatch, {})
