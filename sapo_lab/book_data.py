@@ -33,7 +33,7 @@ from .runs.manifest import sha256_of
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "f4ee1ae2e521d9177d89c7cdd1262b05f20b6e75f170ed512a17ada10654863a"
+MANIFEST_SHA256 = "cbd58ae801d21fa9874c8bcdb0d2d537346c49445579982bc1718bfd2d237547"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
