@@ -335,7 +335,7 @@ def cmd_doctor(args, overrides) -> int:
     reading = diagnose(log)
     print("\n".join(report(log, reading)), flush=True)
     if not args.no_map:
-        from .studies.doctor_map import map_lines
+        from .evidence.doctor_map import map_lines
 
         try:
             lines = map_lines(reading.regime, reading.numbers["signal_removed_median"])

@@ -26,10 +26,11 @@ ALLOWED = {
     "book_data": {"runs"},
     "viz": {"objective", "tasks", "runs"},
     "training": {"objective", "tasks", "runs"},
-    "studies": {"objective", "tasks", "runs", "training", "book_data"},
+    "evidence": {"objective", "runs", "book_data", "studies"},
+    "studies": {"objective", "tasks", "runs", "training", "book_data", "evidence"},
     "integrations": {"objective", "tasks", "runs", "training"},
     "course": {"objective", "tasks", "runs", "training"},
-    "cli": {"objective", "tasks", "runs", "training", "studies", "integrations", "conformance", "course"},
+    "cli": {"objective", "tasks", "runs", "training", "studies", "evidence", "integrations", "conformance", "course"},
     "__main__": {"cli"},
     "__init__": {"objective", "tasks", "runs", "training"},
 }

@@ -18,7 +18,7 @@ are 0, so they give no gradient) and **signs of collapse** (non-finite values, e
 falling far below where they were). Every threshold is :data:`THRESHOLDS`, declared once below.
 
 Reading needs neither torch nor pydantic. What the book's gate map found near the run's regime is
-:mod:`sapo_lab.studies.doctor_map`'s, which reads the committed study.
+:mod:`sapo_lab.evidence.doctor_map`'s, which reads the committed study.
 """
 
 from __future__ import annotations

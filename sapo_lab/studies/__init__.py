@@ -1,22 +1,20 @@
-"""Declared studies: the spec, its runs, checkpoint rules, per-family scores, the results
-table and the paired analysis. Built on ``sapo_lab.runs`` and ``sapo_lab.training``; nothing below imports it.
+"""Declared studies: the spec, its runs, checkpoint rules, per-family scores and the study's table.
+Built on ``sapo_lab.runs`` and ``sapo_lab.training``; nothing below imports it. Reading what a study
+wrote (results, statistics, each study's findings) is :mod:`sapo_lab.evidence`'s.
 
 One module per job: :mod:`.spec` reads and checks a study file, :mod:`.expansion` turns it
 into runs, :mod:`.runner` trains them (resumable), :mod:`.verdicts` judges collapse,
 :mod:`.selected_eval` scores the selected checkpoints, :mod:`.record` and :mod:`.summary`
-write a run's record and the study's table, :mod:`.environment` records the machine;
-:mod:`.results` and :mod:`.analysis` read what a study wrote. Importing this package, or
-reading results, loads no transformers: the names below resolve on first use.
+write a run's record and the study's table, :mod:`.environment` records the machine.
+Importing this package loads no transformers: the names below resolve on first use.
 """
 
 from .._lazy import lazy_names
 
-# Resolved on first use (PEP 562), so that reading results (``sapo_lab.studies.results``,
-# ``.paired``, ``.analysis``) does not load transformers with the runner.
+# Resolved on first use (PEP 562), so that declaring a study does not load transformers with the runner.
 _LAZY = {
     "capture_environment": "environment", "kernel_fingerprint": "environment",
     "expand_runs": "expansion", "finish_record": "record",
-    "Study": "results", "load_study": "results", "results_root": "results",
     "run_status": "runner", "run_study": "runner",
     "evaluate_selected": "selected_eval",
     "grid_leaf": "spec", "load_declaration": "spec",
@@ -29,7 +27,6 @@ __getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __all__ = [
-    "Study",
     "capture_environment",
     "collapse_verdict",
     "evaluate_selected",
@@ -38,8 +35,6 @@ __all__ = [
     "grid_leaf",
     "kernel_fingerprint",
     "load_declaration",
-    "load_study",
-    "results_root",
     "run_status",
     "run_study",
     "summary_row",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 
+from ..evidence.results import value_tag
 from ..runs.study_folder import StudyFolder
-from .results import value_tag
 from .spec import BUDGET_KEYS, grid_leaf
 
 

@@ -25,9 +25,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..evidence.results import Study
 from ..runs.durable import write_json
 from ..runs.study_folder import StudyFolder
-from .results import Study
 
 REPLICATIONS = "replications"  # under the results folder: replications/FINGERPRINT/STUDY/
 RECORD = "replication.json"
@@ -91,8 +91,8 @@ def training_seconds(study: Study, run_ids) -> float | None:
 
 
 def answer(study: Study, question: Question) -> dict:
-    """The question's declared result in ``study`` (:func:`sapo_lab.studies.analysis.primary_results`' entry)."""
-    from .analysis import primary_results
+    """The question's declared result in ``study`` (:func:`sapo_lab.evidence.analysis.primary_results`' entry)."""
+    from ..evidence.analysis import primary_results
 
     for entry in primary_results(study):
         if entry["id"] == question.id:
@@ -106,7 +106,7 @@ def _side(interval) -> str:
 
 
 def verdict(committed: dict, here: dict, same_kernels: bool) -> str:
-    """The declared verdict (module docstring) from two :class:`~sapo_lab.studies.paired.PairedComparison` dicts."""
+    """The declared verdict (module docstring) from two :class:`~sapo_lab.evidence.paired.PairedComparison` dicts."""
     if same_kernels and committed["differences"] == here["differences"]:
         return "identical"
     (c_lo, c_hi), (h_lo, h_hi) = committed["t_interval"], here["t_interval"]
@@ -220,7 +220,7 @@ def plan_text(question: Question, runs: list[dict], todo: list[str], committed_s
 
 def _read_committed(name: str, results_root: str) -> Study:
     """The committed study, or a one-line ``ValueError`` naming what is wrong with its folder."""
-    from .results import load_study
+    from ..evidence.results import load_study
 
     root = Path(results_root)
     if not root.is_dir():
@@ -262,7 +262,7 @@ def replicate_command(args) -> int:
     """
     from tqdm.auto import tqdm
 
-    from .results import load_study
+    from ..evidence.results import load_study
     from .runner import run_status
 
     committed = _read_committed(args.study, args.results_root)

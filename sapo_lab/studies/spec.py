@@ -26,7 +26,7 @@ tests sharing a ``family`` are Holm-adjusted together), optional ``tuning`` arms
 ``{"id", "question", "arms": {NAME: [methods]}, "tune_on", "test"}``: per arm, the method
 with the best seed-mean ``tune_on`` is chosen, then the chosen methods are compared paired
 by seed on the endpoint), optional ``contrasts`` (a trend of the gap over a factor, or a tuning
-arm over keys outside the loss section: :mod:`sapo_lab.studies.contrasts`) and ``exploratory``
+arm over keys outside the loss section: :mod:`sapo_lab.evidence.contrasts`) and ``exploratory``
 (what everything else is). Once a study has run
 with an analysis block, the block is part of its declaration and cannot change; a study that
 ran without one may gain a post hoc block.
@@ -166,8 +166,8 @@ def _check_analysis(plan, study: dict) -> None:
         ids.add(arm["id"])
     if len(ids) != len(plan["tests"]) + len(plan.get("tuning", [])):
         raise ValueError("analysis test and tuning ids must be unique")
-    if "contrasts" in plan:  # trends and tuning outside the loss section: sapo_lab.studies.contrasts
-        from .contrasts import check_contrasts
+    if "contrasts" in plan:  # trends and tuning outside the loss section: sapo_lab.evidence.contrasts
+        from ..evidence.contrasts import check_contrasts
 
         check_contrasts(plan["contrasts"], study, ids)
 

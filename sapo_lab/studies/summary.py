@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
+from ..evidence.results import selection_tag
 from ..runs.study_folder import StudyFolder
-from .results import selection_tag
 from .spec import grid_leaf
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sapo_lab import book_data
-from sapo_lab.studies.results import results_root
+from sapo_lab.evidence.results import results_root
 
 ROOT = Path(__file__).resolve().parents[2]
 

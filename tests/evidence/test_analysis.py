@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from sapo_lab.studies.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
-from sapo_lab.studies.results import load_study
+from sapo_lab.evidence.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
+from sapo_lab.evidence.results import load_study
 from sapo_lab.studies.runner import run_study
 from sapo_lab.studies.spec import load_declaration
 

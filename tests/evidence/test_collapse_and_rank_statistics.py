@@ -1,4 +1,4 @@
-"""Collapse timing, within-group rank correlation and split overlap (sapo_lab.studies.analysis), for chapter 14."""
+"""Collapse timing, within-group rank correlation and split overlap (sapo_lab.evidence.analysis), for chapter 14."""
 
 import itertools
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from sapo_lab.studies.analysis import flag_time, split_overlap
-from sapo_lab.studies.paired import survival_table, within_group_spearman
+from sapo_lab.evidence.analysis import flag_time, split_overlap
+from sapo_lab.evidence.paired import survival_table, within_group_spearman
 from sapo_lab.tasks import Problem, make_task
 
 

@@ -1,4 +1,4 @@
-"""Declared contrasts (sapo_lab.studies.contrasts): a trend of the paired gap, and a learning-rate tuning arm.
+"""Declared contrasts (sapo_lab.evidence.contrasts): a trend of the paired gap, and a learning-rate tuning arm.
 
 Results folders are written by hand (config.json, metrics.jsonl, study_record.json per run) so each test
 knows the answer: which runs share a seed, which config keys differ, and what every slope is.
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from sapo_lab.studies.analysis import endpoint_value
-from sapo_lab.studies.contrasts import contrast_results, declared_results, trend_slopes
-from sapo_lab.studies.results import load_study
+from sapo_lab.evidence.analysis import endpoint_value
+from sapo_lab.evidence.contrasts import contrast_results, declared_results, trend_slopes
+from sapo_lab.evidence.results import load_study
 from sapo_lab.studies.spec import load_declaration
 
 M_OF = {"g2": 2, "s2": 2, "g4": 4, "s4": 4, "g8": 8, "s8": 8, "g8_lo": 8, "s8_lo": 8}

@@ -13,9 +13,9 @@ import statistics
 import pytest
 from scipy import stats
 
-from sapo_lab.studies import paired as P
+from sapo_lab.evidence import paired as P
+from sapo_lab.evidence.results import spread
 from sapo_lab.studies.per_family import ScoredPrompt, weighted_pass1
-from sapo_lab.studies.results import spread
 from sapo_lab.training.evaluation import mean_ci
 
 DIFFS = [0.10, -0.02, 0.07, 0.01]  # n = 4: n - 1 = 3

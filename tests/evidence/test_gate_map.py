@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sapo_lab.studies import gate_map
-from sapo_lab.studies.gate_map import Cell, Setting, declared_answers, map_cells, method_settings, where_the_gate_stands
-from sapo_lab.studies.paired import compare
+from sapo_lab.evidence import gate_map
+from sapo_lab.evidence.gate_map import Cell, Setting, declared_answers, map_cells, method_settings, where_the_gate_stands
+from sapo_lab.evidence.paired import compare
 from sapo_lab.studies.spec import load_declaration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +158,7 @@ def test_pending_questions_say_so(monkeypatch, settings):
 
 def test_a_family_is_adjusted_only_when_complete():
     # Holm over the finished half of a family would divide alpha by 2, not 4: G4c alone at p 0.03 must wait
-    from sapo_lab.studies.analysis import adjust_families
+    from sapo_lab.evidence.analysis import adjust_families
 
     family = [{"id": f"G4{x}", "family": "staleness", "p": p} for x, p in zip("abcd", (None, None, 0.03, None), strict=True)]
     lone = {"id": "G3", "p": 0.03}

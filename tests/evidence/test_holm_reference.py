@@ -10,9 +10,9 @@ import random
 import pytest
 from scipy import stats
 
-from sapo_lab.studies import paired as P
-from sapo_lab.studies.analysis import adjust_families
-from sapo_lab.studies.contrasts import check_contrasts, trend_slopes
+from sapo_lab.evidence import paired as P
+from sapo_lab.evidence.analysis import adjust_families
+from sapo_lab.evidence.contrasts import check_contrasts, trend_slopes
 
 
 def _reference(p_values: dict, alpha: float) -> dict:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_lab.studies.analysis import primary_results
-from sapo_lab.studies.narrative import (
+from sapo_lab.evidence.analysis import primary_results
+from sapo_lab.evidence.confirmatory import (
     answer_sentences,
     clipped_at_least,
     confirmatory_results,
@@ -16,7 +16,7 @@ from sapo_lab.studies.narrative import (
     interval_text,
     mechanism_reading,
 )
-from sapo_lab.studies.results import load_study
+from sapo_lab.evidence.results import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""sapo_lab.studies.paired against scipy (a test-only reference) and hand-worked cases."""
+"""sapo_lab.evidence.paired against scipy (a test-only reference) and hand-worked cases."""
 
 import json
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sapo_lab.studies import paired as P
+from sapo_lab.evidence import paired as P
 
 DIFFS = [-0.201, -0.062, -0.065, -0.208, 0.01]
 

@@ -1,11 +1,11 @@
-"""Sample sizes for unpaired and paired designs (sapo_lab.studies.analysis), against scipy and hand-worked cases."""
+"""Sample sizes for unpaired and paired designs (sapo_lab.evidence.analysis), against scipy and hand-worked cases."""
 
 import math
 
 import pytest
 from scipy import stats
 
-from sapo_lab.studies.paired import paired_sample_size, pooled_sd, two_sample_size, two_sample_t_power
+from sapo_lab.evidence.paired import paired_sample_size, pooled_sd, two_sample_size, two_sample_t_power
 
 
 def test_pooled_sd_removes_each_groups_own_mean():

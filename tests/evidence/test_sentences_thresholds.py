@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sapo_lab.studies import narrative
-from sapo_lab.studies.gate_map import Cell, Setting, _level_text, side_of_zero, where_the_gate_stands
-from sapo_lab.studies.paired import PairedComparison
+from sapo_lab.evidence import confirmatory as narrative
+from sapo_lab.evidence.gate_map import Cell, Setting, _level_text, side_of_zero, where_the_gate_stands
+from sapo_lab.evidence.paired import PairedComparison
 
 MINUS = "\u2212"
 

@@ -1,10 +1,10 @@
-"""Reading studies (sapo_lab.studies.results) on a hand-built results folder whose answers are known."""
+"""Reading studies (sapo_lab.evidence.results) on a hand-built results folder whose answers are known."""
 
 import json
 
 import pytest
 
-from sapo_lab.studies.results import load_study, results_root, seed_band, spread
+from sapo_lab.evidence.results import load_study, results_root, seed_band, spread
 
 
 def _write_run(base, run_id, method, seed, grid, rows, finished=True):
@@ -59,7 +59,7 @@ def test_spread_and_root(study, monkeypatch):
 
 
 def test_provenance_names_every_command_and_marks_dirty_commits(study):
-    from sapo_lab.studies.results import provenance_markdown
+    from sapo_lab.evidence.results import provenance_markdown
 
     def invocation(shard, commit, dirty, start, wall):
         return {"argv": ["sapo_lab/__main__.py", "study", "experiments/toy.json", "--shard", shard], "git_commit": commit,
@@ -83,7 +83,7 @@ def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
     """A selection value >= 1e6 once became "1e-06" in summary.csv (the runner replaced the exponent's
     "+" with "-") while the reader wrote "1e+06": the column named another number, and the reader
     could not find it. Runner and reader now share one tag, and every tag parses back to its value."""
-    from sapo_lab.studies.results import Run, value_tag
+    from sapo_lab.evidence.results import Run, value_tag
     from sapo_lab.studies.summary import summary_row
 
     for value in (1e6, 2.5e7, 2e-4, 1e-6, 0.0002, 50000, 60):
@@ -103,7 +103,7 @@ def test_value_tag_names_the_same_number_in_runner_and_reader(tmp_path):
 def test_cold_start_key_separates_tasks_not_methods():
     """Runs of one seed and task share a cold start; the same seed on another task does not. Clustering
     pairs by seed alone (a plausible shortcut) would merge the scratchpad and addition cold starts."""
-    from sapo_lab.studies.results import load_study
+    from sapo_lab.evidence.results import load_study
 
     main, long = load_study("main_comparison"), load_study("staleness_long")
     sapo0, grpo0 = main.select("sapo")[0], main.select("grpo")[0]

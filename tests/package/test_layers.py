@@ -192,6 +192,6 @@ def test_reading_study_results_loads_no_transformers():
     import subprocess
     import sys
 
-    code = ("import sys, sapo_lab.studies.results, sapo_lab.studies.analysis, sapo_lab.studies.paired; "
+    code = ("import sys, sapo_lab.evidence.results, sapo_lab.evidence.analysis, sapo_lab.evidence.paired; "
             "assert 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)

@@ -238,7 +238,7 @@ def test_cli_verdict_first_then_the_map(capsys, runs):
 
 @pytest.fixture(scope="module")
 def gate_map():
-    from sapo_lab.studies.results import load_study
+    from sapo_lab.evidence.results import load_study
 
     return load_study("gate_map")
 
@@ -277,7 +277,7 @@ def nearest_settings(gate_map, shares, activity):
 # the upper one on a log scale and the lower one on a linear scale), from another seed's run, or a cell's
 # settings misread.
 def test_map_names_the_nearest_cell(gate_map, runs):
-    from sapo_lab.studies.doctor_map import map_lines
+    from sapo_lab.evidence.doctor_map import map_lines
 
     shares = first_seed_shares(str(gate_map.path))
     ordered = sorted(shares.values())
@@ -302,7 +302,7 @@ def test_doctor_outside_a_checkout_reads_the_run_and_says_the_map_is_not_here(tm
 
     run = Path(__file__).resolve().parents[2] / "results" / "confirm_addition" / "runs" / "sapo_seed10"
     monkeypatch.chdir(tmp_path)
-    import sapo_lab.studies.doctor_map as doctor_map
+    import sapo_lab.evidence.doctor_map as doctor_map
 
     def no_results(*args, **kwargs):
         raise FileNotFoundError("no results/ folder next to an experiments/ folder above " + str(tmp_path))

@@ -77,7 +77,7 @@ def test_every_committed_declaration_names_known_metrics():
 
 def test_a_study_series_takes_either_name_and_refuses_a_typo():
     """Catches: a chapter's curve silently empty because it asked for a misspelt metric."""
-    from sapo_lab.studies.results import load_study
+    from sapo_lab.evidence.results import load_study
 
     run = load_study("confirm_addition", ROOT / "results").runs[0]
     steps, values = run.series("eval/dev_pass1")

@@ -76,9 +76,9 @@ def test_only_the_run_folder_reads_metrics_jsonl():
 @pytest.mark.parametrize(
     "module, planted",
     [
-        ("studies/results.py", "def _rows(d):\n    with open(d + '/metrics.jsonl') as f:\n        return f.readlines()\n"),
+        ("evidence/results.py", "def _rows(d):\n    with open(d + '/metrics.jsonl') as f:\n        return f.readlines()\n"),
         ("viz/plots.py", "def _rows(d):\n    return open(os.path.join(d, METRICS)).readlines()\n"),
-        ("studies/paired.py", "def _rows(d):\n    return Path(RunFolder(d).metrics).read_text()\n"),
+        ("evidence/paired.py", "def _rows(d):\n    return Path(RunFolder(d).metrics).read_text()\n"),
     ],
     ids=["file-name-spelled", "constant-opened", "folder-path-read"],
 )

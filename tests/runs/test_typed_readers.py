@@ -15,9 +15,9 @@ import shutil
 import pytest
 from _heavy import heavy_modules_after
 
+from sapo_lab.evidence.results import load_study, results_root, study_names
 from sapo_lab.runs import run_folder, study_folder
 from sapo_lab.runs.run_policy import classify
-from sapo_lab.studies.results import load_study, results_root, study_names
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "sapo_lab"
@@ -73,14 +73,14 @@ def test_a_chapter_reading_a_file_by_name_is_noticed(tmp_path):
 
 
 def _heavy_after_reading_results(package_parent: pathlib.Path) -> list[str]:
-    code = ("import sys\nfrom sapo_lab.studies.results import load_study, study_names\n"
+    code = ("import sys\nfrom sapo_lab.evidence.results import load_study, study_names\n"
             "root = sys.argv[1]; s = load_study(study_names(root)[0], root); r = s.runs[0]\n"
             "r.config, r.summary, r.cold_start_eval, r.rows, s.environment, s.declaration")
     return heavy_modules_after(code, ("torch", "pydantic", "transformers"), package_parent, str(results_root()))
 
 
 def test_reading_results_imports_neither_torch_nor_pydantic(tmp_path):
-    """``import sapo_lab.studies.results`` and every typed reader: no torch, no pydantic. The planted copy (the
+    """``import sapo_lab.evidence.results`` and every typed reader: no torch, no pydantic. The planted copy (the
     run folder importing the config and the checkpoints again) shows the check can fail."""
     assert _heavy_after_reading_results(ROOT) == []
     shutil.copytree(PACKAGE, tmp_path / "sapo_lab", ignore=shutil.ignore_patterns("__pycache__"))

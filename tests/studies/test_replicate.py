@@ -13,9 +13,9 @@ import pytest
 from _micro import MICRO, PRESET
 
 from sapo_lab.cli import main
+from sapo_lab.evidence.results import load_study
 from sapo_lab.studies import run_study
 from sapo_lab.studies.replicate import REPLICATIONS, find_question, read_records, verdict
-from sapo_lab.studies.results import load_study
 
 BASE = {k: v for k, v in MICRO.items() if k != "optimization.max_steps"}
 ANALYSIS = {

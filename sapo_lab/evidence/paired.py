@@ -370,7 +370,7 @@ def trajectory_key(run_dir: str | Path) -> str:
     (losses, gradient norms, rewards and dev scores to the last digit); their fingerprints are
     then equal and the run counts once in a pooled table.
     """
-    from .checkpoint_rules import run_metric_rows  # the one metrics reader; the statistics above need no torch
+    from ..studies.checkpoint_rules import run_metric_rows  # the one metrics reader; the statistics above need no torch
 
     digest = hashlib.sha256()
     for row in run_metric_rows(str(run_dir)):

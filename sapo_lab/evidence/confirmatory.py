@@ -1,6 +1,6 @@
 """The sentences the book and the README state about the confirmatory studies, built from their results.
 
-Every number in these sentences comes from :func:`sapo_lab.studies.analysis.primary_results`
+Every number in these sentences comes from :func:`sapo_lab.evidence.analysis.primary_results`
 (or from the runs it reads), so a rerun that changes a result changes the sentence, and a
 test that compares the README with :func:`headline_sentence` fails until the README follows.
 

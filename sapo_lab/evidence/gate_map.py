@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from ..objective.kernels import sapo_half_width
 from .analysis import endpoint_value, pairs_in_study
+from .confirmatory import interval_text
 from .contrasts import contrast_results, declared_results
-from .narrative import interval_text
 from .paired import PairedComparison, compare
 from .results import Study, load_study
 
@@ -71,7 +71,7 @@ def side_of_zero(comparison) -> int:
 
 def method_settings(declaration: dict) -> dict[str, Setting]:
     """Each declared method's loss type, temperatures, learning rate and M, from its resolved config."""
-    from .expansion import expand_runs
+    from ..studies.expansion import expand_runs
 
     out = {}
     for run in expand_runs(declaration):
@@ -129,7 +129,7 @@ def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = 
 
 
 def declared_answers(study: Study | None = None) -> list[dict]:
-    """The declared questions in order (:func:`~sapo_lab.studies.contrasts.declared_results`), each with ``line``.
+    """The declared questions in order (:func:`~sapo_lab.evidence.contrasts.declared_results`), each with ``line``.
 
     ``line`` answers the question in one line: its comparison, mean and t interval, raw and (within a
     declared family) Holm-adjusted p, and whether it reaches the declared level; or what is still pending.

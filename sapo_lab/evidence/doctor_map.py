@@ -2,7 +2,7 @@
 
 The doctor (:mod:`sapo_lab.runs.doctor`) reads a run's gate activity: the median share of the
 importance-weighted signal the gate removed. The nearest cell of the gate map
-(:mod:`sapo_lab.studies.gate_map`, ``results/gate_map``) is the SAPO setting whose own runs showed
+(:mod:`sapo_lab.evidence.gate_map`, ``results/gate_map``) is the SAPO setting whose own runs showed
 the closest activity, on a log scale; the activity of a cell is the median over the steps of its
 first finished seed's run (one run a cell keeps the doctor fast; the cell's paired gap is over all
 its seeds). Matching by what the gate did, not by the settings, lets a run on another model, task
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from .confirmatory import interval_text
 from .gate_map import STUDY, Cell, Setting, map_cells
-from .narrative import interval_text
 from .results import Study, load_study
 
 SIGNAL_REMOVED = "losses/signal_removed_frac"

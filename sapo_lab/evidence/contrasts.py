@@ -12,7 +12,7 @@ A study's ``analysis`` block (:mod:`sapo_lab.studies.spec`) may list ``contrasts
   ``differ_in``, the config keys the arms' settings may differ in outside the loss section (a
   learning rate). Per arm, the method with the best seed-mean ``tune_on`` is chosen (ties: the
   first declared); the two chosen methods are then compared paired by seed on the endpoint. A
-  :mod:`~sapo_lab.studies.analysis` tuning arm pairs runs only when everything but the loss agrees,
+  :mod:`~sapo_lab.evidence.analysis` tuning arm pairs runs only when everything but the loss agrees,
   so it cannot tune a learning rate; this one pairs runs that agree in everything but the loss and
   ``differ_in`` (the seed, so the cold start and data order, stay matched).
 

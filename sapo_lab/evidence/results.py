@@ -23,7 +23,7 @@ from pathlib import Path
 from ..runs.metric_names import canonical
 from ..runs.study_folder import StudyFolder, StudyRunFolder
 from ..runs.study_folder import study_names as _study_names
-from .checkpoint_rules import run_metric_rows
+from ..studies.checkpoint_rules import run_metric_rows
 
 
 def results_root(start: str | os.PathLike | None = None) -> Path:

@@ -1,6 +1,6 @@
 """Reading studies as paired evidence: the declared primary tests and the cross-study table.
 
-:mod:`sapo_lab.studies.paired` holds the statistics; this module finds the pairs. Two runs form a
+:mod:`sapo_lab.evidence.paired` holds the statistics; this module finds the pairs. Two runs form a
 pair when their resolved configs agree in everything but the ``loss`` section (so the seed,
 the cold start, the data order, the task, the budget and the evaluation protocol are the
 same) and one is the method, the other the reference. A study's ``analysis`` block
@@ -88,7 +88,7 @@ def primary_results(study: Study) -> list[dict]:
 
     Each entry is the declared test plus ``status`` ("complete", or "pending: ..." while any
     declared seed is unfinished; a pending test has no statistics), ``comparison``
-    (:class:`~sapo_lab.studies.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
+    (:class:`~sapo_lab.evidence.paired.PairedComparison`), ``p`` (the paired t-test's) and, once
     complete, ``p_adjusted`` and ``reject`` (:func:`adjust_families`: Holm within a declared family once the
     whole family is complete, else raw).
     """
