@@ -14,9 +14,11 @@ module are replaced by plain-torch answers (``substitutes.py``), so one bug cost
 
 The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's trainer with the student's
 ``sapo_loss`` in place of the library's, for ``TRAIN_STEPS`` steps in a process of its own (``train_child.py``),
-and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``. That process is protected from nothing the
-module does inside it: it cannot touch this process's report or verdict, but a module that trains with the
-library there instead of its own loss is not detected.
+and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``. The student's module is not imported there
+either: it runs in a guarded student process of its own, which answers each ``sapo_loss`` call of the trainer with
+the loss and its gradient, so a module that trains by calling the library (at import or inside ``sapo_loss``) is
+refused as in the other parts, and nothing it does can touch the training process's numbers or this process's
+verdict.
 """
 
 from __future__ import annotations
@@ -251,6 +253,12 @@ def _blocked_paths(allow_sapo_lab: bool) -> tuple[list, list]:
     return ([] if allow_sapo_lab else [str(PACKAGE_DIR)]), [str(EXPECTED)]
 
 
+def refusal_line(path: str, what: str) -> str:
+    """The one line a refused module gets, naming what it did (``what``: the guard's words)."""
+    return (f"{path} {what}: hand in your own implementation "
+            "(an instructor may allow sapo_lab with --allow-sapo-lab)")
+
+
 def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
                 workers: int | None = None) -> dict:
     """Run the student's functions on ``calls`` (part -> [(key, kwargs)]) in the processes of
@@ -276,8 +284,7 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
     for run in runs:
         refused = run.first("refused")
         if refused:
-            raise NotGradable(f"{path} {refused.get('message', 'imports sapo_lab')}: hand in your own implementation "
-                              "(an instructor may allow sapo_lab with --allow-sapo-lab)")
+            raise NotGradable(refusal_line(path, refused.get("message", "imports sapo_lab")))
     for run in runs:
         failed = run.first("import_failed")
         if failed:
@@ -428,7 +435,8 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
 
 
 def load_module(path: str):
-    """Import the student's file in this process (the training process, ``train_child.py``; never the grader's)."""
+    """Import the student's file in this process: for an instructor's measurement (``assignment/measure_training.py``)
+    of a trusted module; the grader never imports a student's module outside a guarded student process."""
     p = Path(path)
     name = f"_sapo_assignment_{abs(hash(str(p.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, p)
@@ -470,6 +478,8 @@ def train_part(module, config: str = TRAIN_CONFIG, overrides: dict | None = None
     from sapo_lab.runs.config import load_config
     from sapo_lab.training.trainer import train
 
+    from .train_child import StudentLossError
+
     cfg = load_config(config, {**(TRAIN_OVERRIDES if overrides is None else overrides), "loss.loss_type": "sapo"})
     with tempfile.TemporaryDirectory() as tmp, student_loss_in_trainer(module):
         try:
@@ -477,6 +487,8 @@ def train_part(module, config: str = TRAIN_CONFIG, overrides: dict | None = None
                             progress=log is not None)
         except NotImplementedError:
             return PartResult("training", TRAIN_POINTS, 0, "sapo_loss not implemented"), None
+        except StudentLossError as exc:  # the student's process's one line (what sapo_loss raised, or a time limit)
+            return PartResult("training", TRAIN_POINTS, 0, f"training failed: {exc}".splitlines()[0][:160]), None
         except Exception as exc:  # noqa: BLE001
             return PartResult("training", TRAIN_POINTS, 0,
                               f"training failed: {type(exc).__name__}: {exc}".splitlines()[0][:160]), None
@@ -493,15 +505,17 @@ def training_verdict(gain: float, steps, min_gain: float = TRAIN_MIN_GAIN) -> Pa
 
 def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None = None,
                    min_gain: float = TRAIN_MIN_GAIN, time_limit: float = TRAIN_TIME_LIMIT_S, err=None,
-                   reward: tuple[str, str] | None = None) -> PartResult:
-    """The training part in its own process (``train_child.py``): the student's module is imported and trained
-    there; its output (progress included) is relayed to ``err`` (stderr) up to TRAIN_OUTPUT_CAP bytes; the
-    numbers it returns are compared with ``min_gain`` here. ``reward`` (file, function name) replaces the task's
-    reward there."""
+                   reward: tuple[str, str] | None = None, allow_sapo_lab: bool = False) -> PartResult:
+    """The training part in its own process (``train_child.py``), whose trainer calls the student's ``sapo_loss`` in
+    a guarded student process (refused there like the other parts unless ``allow_sapo_lab``); its output
+    (progress and the student's prints) is relayed to ``err`` (stderr) up to TRAIN_OUTPUT_CAP bytes; the numbers
+    it returns are compared with ``min_gain`` here. ``reward`` (file, function name) replaces the task's reward
+    there."""
     err = err or sys.stderr
     with tempfile.TemporaryDirectory(prefix="sapo-train-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps({"module": str(Path(path).resolve()), "config": config, "reward": reward,
+                                   "allow_sapo_lab": allow_sapo_lab,
                                    "overrides": TRAIN_OVERRIDES if overrides is None else overrides}))
         proc = subprocess.Popen([sys.executable, "-m", "sapo_lab.course.train_child", str(req), str(res)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -535,7 +549,7 @@ def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None
         return PartResult("training", TRAIN_POINTS, 0,
                           f"the training process ended without a result (exit status {proc.returncode})")
     if "error" in record:
-        return PartResult("training", TRAIN_POINTS, 0, str(record["error"])[:200])
+        return PartResult("training", TRAIN_POINTS, 0, str(record["error"])[:400])
     if not isinstance(record.get("pass1_gain"), (int, float)):
         return PartResult("training", TRAIN_POINTS, 0, str(record.get("note", "no result"))[:200])
     return training_verdict(float(record["pass1_gain"]), record.get("steps"), min_gain)
@@ -555,7 +569,7 @@ def run_grade(path: str, train: bool = False, out=print, seed: int | None = None
     if train:
         print(f"training {TRAIN_CONFIG} for {TRAIN_STEPS} steps with your sapo_loss (progress on stderr)",
               file=sys.stderr, flush=True)
-        report.parts.append(train_isolated(path))
+        report.parts.append(train_isolated(path, allow_sapo_lab=allow_sapo_lab))
     for line in report.lines():
         out(line)
     if not train:

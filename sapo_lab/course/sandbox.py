@@ -5,6 +5,8 @@ there. It imports torch, then installs an audit hook (which no later code can re
 sapo_lab in any form, opening any file of the sapo_lab package or the frozen outputs, and starting processes; then
 it imports the student's module, and calls the requested parts on the inputs of REQUEST (JSON), writing one JSON
 line per event to RESULT. It never sees the reference outputs and decides nothing: the grading process compares.
+For the training part (REQUEST's ``serve``: two inherited pipe descriptors) it instead answers the trainer's
+``sapo_loss`` calls one by one (:func:`serve`): the trainer and sapo_lab stay in ``train_child.py``'s process.
 
 :func:`observe` (what is recorded of one call) is also used by the grading process and by
 ``assignment/make_expected.py``.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 
@@ -135,6 +138,72 @@ def _one_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:200]
 
 
+def _read_tensors(stream, head: dict):
+    """The tensors that follow a request's header line: raw bytes of ``head["dtype"]`` in ``head["shapes"]``."""
+    import torch
+
+    dtype = getattr(torch, head["dtype"])
+    size = torch.empty((), dtype=dtype).element_size()
+    tensors = []
+    for shape in head["shapes"]:
+        n = size * math.prod(shape)
+        data = stream.read(n)
+        if len(data) != n:
+            raise EOFError("the trainer's request ended early")
+        tensors.append(torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape) if n else
+                       torch.empty(shape, dtype=dtype))
+    return tensors
+
+
+def _reply(stream, head: dict, payload: bytes = b"") -> None:
+    stream.write(json.dumps(head).encode() + b"\n" + payload)
+    stream.flush()
+
+
+def serve(fn, fds, guard, out) -> int:
+    """The training part's loss service: for each request (a JSON header line, then logp, behavior_logp,
+    advantages and mask as raw bytes) call the student's ``sapo_loss`` and reply with its value and its gradient
+    with respect to ``logp`` (zeros where none flows), or one line of error. The trainer runs in another process,
+    so the student's code never shares a process with sapo_lab; the guard stays installed throughout."""
+    import torch
+
+    requests, replies = fds
+    for line in iter(requests.readline, b""):
+        head = json.loads(line)
+        logp, behavior_logp, advantages, mask = _read_tensors(requests, head)
+        if not callable(fn):
+            _reply(replies, {"error": "missing: define sapo_loss()"})
+            continue
+        logp.requires_grad_(True)
+        try:
+            loss = fn(logp, behavior_logp, advantages, mask, tau_pos=head["tau_pos"], tau_neg=head["tau_neg"])
+            if not torch.is_tensor(loss) or loss.numel() != 1:
+                shape = list(loss.shape) if torch.is_tensor(loss) else type(loss).__name__
+                raise TypeError(f"sapo_loss returned {shape}, not a 0-d tensor")
+            grad = None
+            if loss.requires_grad:
+                grad = torch.autograd.grad(loss.reshape(()), logp, allow_unused=True)[0]
+            grad = torch.zeros_like(logp) if grad is None else grad.detach().to(logp.dtype)
+            value = float(loss.detach().reshape(()))
+        except NotImplementedError:
+            if guard.refused:
+                break
+            _reply(replies, {"not_implemented": True})
+            continue
+        except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
+            if guard.refused:
+                break
+            _reply(replies, {"error": _one_line(exc)})
+            continue
+        if guard.refused:
+            break
+        _reply(replies, {"loss": value}, grad.contiguous().numpy().tobytes())
+    if guard.refused:
+        _emit(out, event="refused", message=guard.refused)
+        _reply(replies, {"refused": guard.refused})
+    return 0
+
+
 def main(argv) -> int:
     """Import the student's module under the guard and run the request's calls (see the module's docstring)."""
     request_path, result_path = argv[1], argv[2]
@@ -147,6 +216,8 @@ def main(argv) -> int:
     substitutes = {}
     exec(request["substitutes"], substitutes)  # plain torch, sent by the grading process
     sys.path[:0] = request.get("extra_sys_path", [])
+    if "serve" in request:  # opened before the guard, which refuses nothing on them
+        request["serve"] = (os.fdopen(request["serve"][0], "rb"), os.fdopen(request["serve"][1], "wb"))
     here = os.path.realpath(__file__)
     guard = Guard(request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here)
     sys.addaudithook(guard)
@@ -169,6 +240,8 @@ def main(argv) -> int:
         _emit(out, event="refused", message=guard.refused)
         return 0
     _emit(out, event="imported")
+    if "serve" in request:  # the training part: the trainer, in another process, asks for sapo_loss call by call
+        return serve(getattr(module, "sapo_loss", None), request["serve"], guard, out)
     own = {name: getattr(module, name, None) for name in request["parts"]}
     for call in request["calls"]:
         part = call["part"]

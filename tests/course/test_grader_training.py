@@ -1,12 +1,15 @@
 """The grader's training part: a fixed step budget, in its own process, with the verdict made by the grader.
 
-Runs on the micro config (four steps). The student's ``sapo_loss`` is what the trainer calls (one that raises
-fails the part in one line); a module that patches the grader inside the training process changes nothing in
-the grading process's verdict; the threshold sits where the measured gains put it.
+Runs on the micro config (four steps). The student's ``sapo_loss`` is what the trainer calls, in a guarded process
+of its own that returns the loss and its gradient (one that raises or hangs fails the part in one line); a module
+that trains with the library inside ``sapo_loss`` (importlib, ``sys.modules``, the source file) or reads the frozen
+outputs is refused; a module that patches the grader changes nothing in the verdict; the threshold sits where the
+measured gains put it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from sapo_lab.course import grader
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDOUT = ROOT / "tests" / "course" / "assignment_modules" / "from_handout.py"
+WRAPS = ROOT / "tests" / "course" / "assignment_modules" / "wraps_sapo_lab.py"
 PARITY = (str(ROOT / "tests" / "_micro.py"), "parity_reward")  # a reward under which micro's updates are not zero
 
 
@@ -49,16 +53,129 @@ def test_a_sapo_loss_that_raises_fails_the_training_part_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_module_that_patches_the_grader_while_training_changes_no_verdict(tmp_path):
-    # catches: the training part run (or its verdict made) in the grading process: there the patched threshold
-    # and verdict would pass four micro steps, whose gain is far below the real threshold
+    # catches: the training part run (or its verdict made) in a process the student's code shares: there the
+    # patched threshold and verdict would pass four micro steps, whose gain is far below the real threshold.
+    # Refused by default (it imports sapo_lab); with the instructor's switch the patch runs and changes nothing
     module = write(tmp_path, f"""
         import sapo_lab.course.grader as g
         exec(open({str(HANDOUT)!r}).read())
         g.TRAIN_MIN_GAIN = -1e9
         g.training_verdict = lambda *a, **k: g.PartResult("training", 15, 15, "ok")
         """)
-    result = grader.train_isolated(str(module), "micro", MICRO, reward=PARITY)
+    refused = grader.train_isolated(str(module), "micro", MICRO, reward=PARITY)
+    assert refused.earned == 0 and "imports sapo_lab" in refused.note, refused.note
+    result = grader.train_isolated(str(module), "micro", MICRO, reward=PARITY, allow_sapo_lab=True)
     assert result.earned == 0 and result.note.startswith("below the required gain"), result.note
+
+
+LIBRARY_LOSS = ("losses.policy_loss(logp, behavior_logp, advantages, mask, loss_type='sapo', "
+                "tau_pos=tau_pos, tau_neg=tau_neg).loss")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, body, says", [
+    ("through importlib inside sapo_loss", "import importlib\n"
+     "losses = importlib.import_module('sapo_lab.objective.losses')\n",
+     "imports or reads sapo_lab (opens sapo_lab/__pycache__/__init__"),
+    ("from sys.modules inside sapo_loss", "import sys\nlosses = sys.modules['sapo_lab.objective.losses']\n",
+     "KeyError"),
+    ("from the library's source file inside sapo_loss", "import importlib.util\n"
+     f"spec = importlib.util.spec_from_file_location('l', {str(ROOT / 'sapo_lab' / 'objective' / 'losses.py')!r})\n"
+     "losses = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(losses)\n",
+     "imports or reads sapo_lab (opens sapo_lab/objective/"),
+])
+def test_a_module_that_trains_with_the_library_inside_sapo_loss_is_refused(tmp_path, how, body, says):
+    # catches: the student's module imported in the training process, where sapo_lab is already loaded (so an
+    # import of it inside sapo_loss fires no import event) and the trainer's frames hold the library: the module
+    # must run in a guarded process of its own, which answers the trainer's calls
+    code = "\n".join("    " + line for line in (body + "return " + LIBRARY_LOSS).splitlines())
+    module = write(tmp_path, f"exec(open({str(HANDOUT)!r}).read())\n\n\n"
+                             f"def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):\n"
+                             f"{code}\n")
+    result = grader.train_isolated(str(module), "micro", MICRO, min_gain=-1.0, reward=PARITY)
+    assert result.earned == 0 and says in result.note, result.note
+
+
+@pytest.mark.slow
+def test_a_module_that_reads_the_frozen_outputs_while_training_is_refused(tmp_path):
+    # catches: the guard left out of the training part's student process (the frozen outputs readable there)
+    module = write(tmp_path, f"""
+        exec(open({str(HANDOUT)!r}).read())
+        _own = sapo_loss
+
+        def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+            open({str(grader.EXPECTED)!r}).read()
+            return _own(logp, behavior_logp, advantages, mask, tau_pos, tau_neg)
+        """)
+    result = grader.train_isolated(str(module), "micro", MICRO, min_gain=-1.0, reward=PARITY)
+    assert result.earned == 0 and f"opens {grader.EXPECTED}" in result.note, result.note
+
+
+@pytest.mark.slow
+def test_a_module_that_wraps_sapo_lab_trains_only_with_the_instructors_switch():
+    # catches: the switch not passed to the training part's student process (refused even when allowed), or the
+    # training part allowing sapo_lab by default
+    refused = grader.train_isolated(str(WRAPS), "micro", MICRO, min_gain=-1.0, reward=PARITY)
+    assert refused.earned == 0 and "imports sapo_lab" in refused.note, refused.note
+    allowed = grader.train_isolated(str(WRAPS), "micro", MICRO, min_gain=-1.0, reward=PARITY, allow_sapo_lab=True)
+    assert allowed.earned == allowed.points, allowed.note
+
+
+@pytest.mark.slow
+def test_a_sapo_loss_that_hangs_while_training_fails_within_the_call_limit(tmp_path):
+    # catches: the trainer waiting on the student's process without a limit (this test would hang)
+    from sapo_lab.course.train_child import StudentLoss, StudentLossError
+
+    module = write(tmp_path, f"""
+        import time
+        exec(open({str(HANDOUT)!r}).read())
+
+        def sapo_loss(*args, **kwargs):
+            time.sleep(3600)
+        """)
+    import torch
+
+    workdir = tmp_path / "student"
+    workdir.mkdir()
+    student = StudentLoss(str(module), workdir, call_limit=3)
+    try:
+        student.wait_imported()
+        x = torch.zeros(2, 3)
+        with pytest.raises(StudentLossError, match=r"did not return within the time limit \(3 s\)"):
+            student(x, x, torch.ones(2), torch.ones(2, 3), tau_pos=1.0, tau_neg=1.05)
+    finally:
+        student.close()
+
+
+@pytest.mark.slow
+def test_the_student_process_returns_the_students_loss_and_gradient(tmp_path):
+    # catches: the gradient lost or altered on its way back to the trainer (a detached value, a flipped sign, a
+    # transposed or float32-rounded float64 gradient), or the temperatures not passed through
+    import torch
+
+    spec = importlib.util.spec_from_file_location("handout", HANDOUT)
+    handout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(handout)
+    from sapo_lab.course.train_child import StudentLoss
+
+    gen = torch.Generator().manual_seed(3)
+    logp = (-torch.rand(3, 5, generator=gen, dtype=torch.float64) - 0.1).requires_grad_(True)
+    behavior = logp.detach() + 0.5 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    advantages = torch.tensor([1.0, -0.5, -2.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)
+    want = handout.sapo_loss(logp, behavior, advantages, mask, tau_pos=1.0, tau_neg=2.0)
+    (want_grad,) = torch.autograd.grad(want, logp)
+    workdir = tmp_path / "student"
+    workdir.mkdir()
+    student = StudentLoss(str(HANDOUT), workdir)
+    try:
+        student.wait_imported()
+        got = student(logp, behavior, advantages, mask, tau_pos=1.0, tau_neg=2.0)
+        (got_grad,) = torch.autograd.grad(got, logp)
+    finally:
+        student.close()
+    assert got.dtype == torch.float64 and float(got) == float(want)
+    assert torch.equal(got_grad, want_grad)
 
 
 @pytest.mark.parametrize("gain, passes", [(grader.TRAIN_MIN_GAIN, True), (grader.TRAIN_MIN_GAIN - 1e-3, False),
