@@ -254,6 +254,42 @@ def check_supported(cfg) -> None:
             raise ValueError(f"config key {key!r} = {value!r} cannot be exported to TRL: {reason}")
 
 
+# TRL's default when use_vllm=True (GRPOConfig.vllm_importance_sampling_correction, TRL 1.16).
+_VLLM_IS_DEFAULT = True
+TRUNCATED_SAMPLING_WITH_VLLM_IS = (
+    "with vLLM importance-sampling correction the per-token weight divides by the truncated sampler's "
+    "probability, so it carries the probability mass the truncation kept, not only the policy change "
+    "(TRL issue #6789): sample untruncated (top_p=1, top_k=0, min_p unset) or set "
+    "vllm_importance_sampling_correction=False"
+)
+
+
+def _truncation(kwargs: dict) -> str:
+    """The first sampling setting in ``kwargs`` that truncates the distribution (``generation_kwargs`` win, as in
+    TRL), as ``'top_p=0.9'``; ``''`` when sampling is untruncated."""
+    merged = {**kwargs, **(kwargs.get("generation_kwargs") or {})}
+    top_p, top_k, min_p = merged.get("top_p", 1.0), merged.get("top_k", 0), merged.get("min_p")
+    if top_p is not None and top_p < 1:
+        return f"top_p={top_p!r}"
+    if top_k is not None and top_k > 0:
+        return f"top_k={top_k!r}"
+    if min_p:
+        return f"min_p={min_p!r}"
+    return ""
+
+
+def check_sampling(kwargs: dict) -> None:
+    """Raise ``ValueError`` in one line when ``GRPOConfig`` keyword arguments combine vLLM's importance-sampling
+    correction with truncated sampling (top-p < 1, top-k or min-p): TRL's per-token weight is then biased."""
+    if not kwargs.get("use_vllm"):
+        return
+    if not kwargs.get("vllm_importance_sampling_correction", _VLLM_IS_DEFAULT):
+        return
+    truncation = _truncation(kwargs)
+    if truncation:
+        raise ValueError(f"{truncation} cannot be exported to TRL with use_vllm=True: {TRUNCATED_SAMPLING_WITH_VLLM_IS}")
+
+
 def grpo_config_kwargs(cfg, num_processes: int = 1) -> dict:
     """The ``GRPOConfig`` keyword arguments for ``cfg``: :data:`FIXED`, then each mapped row of :data:`MAPPING`."""
     check_supported(cfg)
@@ -268,13 +304,16 @@ def to_grpo_config(cfg, num_processes: int | None = None, **overrides):
     """A ``trl.GRPOConfig`` for ``cfg``; ``overrides`` are extra ``GRPOConfig`` fields (``output_dir=...``).
 
     ``num_processes`` defaults to the launcher's ``WORLD_SIZE`` (1 without one). An override
-    of a mapped field wins, which is the caller's explicit choice.
+    of a mapped field wins, which is the caller's explicit choice; truncated sampling with vLLM's
+    importance-sampling correction is refused (:func:`check_sampling`).
     """
-    from trl import GRPOConfig
-
     if num_processes is None:
         num_processes = int(os.environ.get("WORLD_SIZE", "1"))
-    return GRPOConfig(**{**grpo_config_kwargs(cfg, num_processes), **overrides})
+    kwargs = {**grpo_config_kwargs(cfg, num_processes), **overrides}
+    check_sampling(kwargs)
+    from trl import GRPOConfig
+
+    return GRPOConfig(**kwargs)
 
 
 # ---------------------------------------------------------------- task adapter

@@ -104,3 +104,14 @@ def test_mapped_values_reach_grpo_config(tmp_path):
     assert args.per_device_train_batch_size == 4 and args.max_steps == 16 and args.use_cpu
     two = to_grpo_config(cfg, num_processes=2, output_dir=str(tmp_path))
     assert two.per_device_train_batch_size == 2
+
+
+def test_the_guards_vllm_default_is_trls():
+    """The top-p guard assumes TRL applies vLLM's importance-sampling correction unless told not to: a TRL whose
+    default changed would make the guard refuse runs that are not biased (or miss ones that are)."""
+    from trl import GRPOConfig
+
+    from sapo_lab.integrations import trl as mapping
+
+    field = GRPOConfig.__dataclass_fields__["vllm_importance_sampling_correction"]
+    assert field.default is mapping._VLLM_IS_DEFAULT

@@ -115,3 +115,37 @@ def test_export_trl_cli(tmp_path, capsys):
     assert main(["export-trl", "--output-dir", str(tmp_path / "b"), "--loss.max_log_ratio_policy", "skip"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: config key 'loss.max_log_ratio_policy'")
+
+
+@pytest.mark.parametrize("sampling", [{"top_p": 0.9}, {"top_k": 50}, {"min_p": 0.05},
+                                      {"generation_kwargs": {"top_p": 0.95}}])
+def test_truncated_sampling_with_vllm_importance_sampling_is_refused_in_one_line(sampling):
+    """Mistake caught: a GRPOConfig built with vLLM's importance-sampling correction (TRL's default with use_vllm)
+    and top-p/top-k/min-p truncation, whose per-token weight then carries the mass the truncation kept (TRL issue
+    #6789). Refused before TRL is imported, so this runs without TRL."""
+    with pytest.raises(ValueError) as err:
+        m.to_grpo_config(micro(), use_vllm=True, **sampling)
+    message = str(err.value)
+    setting = next(iter(sampling.get("generation_kwargs", sampling)))
+    assert "\n" not in message and message.startswith(f"{setting}=") and "#6789" in message, message
+    assert "vllm_importance_sampling_correction=False" in message  # the way out is named
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"use_vllm": True},  # untruncated: FIXED's top_p=1, top_k=0
+    {"use_vllm": True, "top_p": 0.9, "vllm_importance_sampling_correction": False},
+    {"use_vllm": False, "top_p": 0.9, "top_k": 50},  # no vLLM: no importance-sampling weight at all
+    {"use_vllm": True, "generation_kwargs": {"top_p": 1.0}, "top_k": 0},
+])
+def test_untruncated_or_uncorrected_sampling_is_accepted(kwargs):
+    """Mistake caught: a guard that refuses every vLLM run, or any top-p, instead of the one biased combination."""
+    m.check_sampling({**m.grpo_config_kwargs(micro()), **kwargs})
+
+
+def test_generation_kwargs_win_over_the_field_as_in_trl():
+    """TRL passes generation_kwargs after its own fields: a top_p=1.0 there undoes a top_p field, and the reverse
+    is refused (catches a guard that reads only the field)."""
+    base = {**m.grpo_config_kwargs(micro()), "use_vllm": True}
+    m.check_sampling({**base, "top_p": 0.5, "generation_kwargs": {"top_p": 1.0}})
+    with pytest.raises(ValueError, match=r"^top_p=0\.8 "):
+        m.check_sampling({**base, "generation_kwargs": {"top_p": 0.8}})
