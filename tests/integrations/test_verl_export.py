@@ -274,3 +274,62 @@ def test_the_export_writes_the_temperatures_where_the_settings_reach_audit_saw_t
             for override in s["overrides"]:
                 with pytest.raises(ValueError, match="is refused"):
                     m.check_extra_overrides([override])
+
+
+def test_the_epochs_cover_max_steps_and_no_more():
+    # verl stops at whichever limit comes first: epochs rounded down would end cpu-tiny's 600 rollout steps at
+    # 500 (8000 training prompts / 32 a rollout = 250 steps an epoch, so 3 epochs are needed, not 2)
+    cfg = load_config("cpu-tiny", {"max_train_time_s": 0})
+    per_epoch = cfg.task.num_train // cfg.rollout.prompts_per_rollout
+    assert (per_epoch, cfg.optimization.max_steps) == (250, 600)  # the preset this arithmetic is about
+    ov = m.overrides(cfg)
+    assert ov["trainer.total_epochs"] == 3 and ov["trainer.total_training_steps"] == 600
+
+
+@pytest.mark.parametrize(("eval_temperature", "sample", "temperature"), [(0, False, 0), (0.5, True, 0.5), (None, True, 1.0)])
+def test_validation_samples_at_the_eval_temperature(eval_temperature, sample, temperature):
+    # catches the rollout temperature (1.0) sent to verl's validation when evaluation.eval_temperature is set,
+    # and greedy evaluation (0) sampled anyway; unset, evaluation samples at the rollout temperature
+    cfg = load_config("cpu-tiny", {"evaluation.eval_temperature": eval_temperature, "max_train_time_s": 0})
+    assert cfg.rollout.temperature == 1.0
+    ov = m.overrides(cfg)
+    assert ov["actor_rollout_ref.rollout.val_kwargs.do_sample"] is sample
+    assert ov["actor_rollout_ref.rollout.val_kwargs.temperature"] == temperature
+
+
+def test_a_row_whose_ground_truth_is_not_its_problems_answer_is_refused(size_name_job):
+    # catches a reward that scores a row against a ground truth its own problem does not give (a row edited or
+    # mixed up after export would be scored silently against the wrong answer)
+    row = _rows(size_name_job, "dev")[0]
+    answer = row["reward_model"]["ground_truth"]
+    other = answer[:-1] + str((int(answer[-1]) + 1) % 10)
+    with pytest.raises(ValueError, match="differs from its problem's answer"):
+        m.compute_score(row["data_source"], other, other, row["extra_info"])
+
+
+def test_the_prompt_length_leaves_room_for_a_tokenizers_own_tokens(size_name_job):
+    # catches data.max_prompt_length set to the longest prompt's characters alone: a tokenizer that adds a BOS or
+    # a template's markers would then cut or drop the longest prompts; the longest is measured here from the rows
+    longest = max(len(r["prompt"][0]["content"]) for split in ("train", "dev") for r in _rows(size_name_job, split))
+    assert int(_job(size_name_job)["data.max_prompt_length"]) == longest + 8  # room for 8 tokens a tokenizer adds
+    where = dict(commented_lines(os.path.join(size_name_job, "run_verl.sh")))
+    assert where[f'"data.max_prompt_length={longest + 8}"'] == (f"task: the longest prompt ({longest} characters) plus 8 "
+                                                                 "tokens a tokenizer may add")
+
+
+@pytest.mark.parametrize(("value", "written"), [("true", "'true'"), ("null", "'null'"), (True, "true"), (None, "null"),
+                                                ("sapo_lab", "sapo_lab"), (["a b", 2], "['a b',2]")])
+def test_a_string_that_hydra_would_read_as_another_type_is_quoted(value, written):
+    # catches the string 'true' (or 'null') written bare, which Hydra reads back as a bool (or None)
+    from sapo_lab.integrations.verl_export import hydra_value
+
+    assert hydra_value(value) == written
+
+
+def test_a_local_model_folder_is_written_as_an_absolute_path(tmp_path, monkeypatch):
+    # catches a relative folder written as given: run_verl.sh runs from wherever the user starts it (and Ray's
+    # workers from their own folders), so a relative path would point elsewhere
+    (tmp_path / "my_model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["export-verl", "--config", "gpu-gpt2-small", "--model", "my_model", "--output-dir", "job"]) == 0
+    assert _job(str(tmp_path / "job"))["actor_rollout_ref.model.path"] == str(tmp_path / "my_model")

@@ -66,3 +66,38 @@ def test_non_native_cold_starts_are_cached_apart(monkeypatch):
     for k, v in KERNEL_SETTINGS["avx2"].items():
         monkeypatch.setenv(k, v)
     assert _kernel_subfolder() == ("kernels-avx2",)  # catches an avx2 run loading a native cold start
+
+
+def test_switching_setting_leaves_only_the_new_settings_variables():
+    """Catches a switch that adds the new setting's variables over the old ones: from avx2, native must leave
+    none set (else MKL stays capped while the run is recorded as native), and scalar must replace both."""
+    code = ("import os\nfrom sapo_lab.runs.kernels import apply_kernel_setting, current_kernel_setting\n"
+            "for name in ('native', 'scalar'):\n"
+            "    os.environ.update(ATEN_CPU_CAPABILITY='avx2', MKL_CBWR='AVX2')\n"
+            "    apply_kernel_setting(name)\n"
+            "    print(name, current_kernel_setting(), os.environ.get('ATEN_CPU_CAPABILITY'), os.environ.get('MKL_CBWR'))")
+    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["native native None None", "scalar scalar default COMPATIBLE"]
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+@pytest.mark.parametrize(("name", "capability"), [("avx2", "AVX2"), ("scalar", "DEFAULT")])
+def test_torch_runs_the_kernels_each_setting_names(name, capability):
+    """Observed in torch itself, not read from KERNEL_SETTINGS: torch ignores a value it does not know (with only a
+    warning), so a misspelt setting ('AVX2' as MKL spells it, or 'scalar') would run the widest kernels while the
+    run is recorded under the setting's name."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64") or (name == "avx2" and "avx2" not in _cpu_flags()):
+        pytest.skip(f"the {name} setting's kernels need an x86-64 CPU{' with AVX2' if name == 'avx2' else ''}")
+    code = (f"from sapo_lab.runs.kernels import apply_kernel_setting\napply_kernel_setting({name!r})\n"
+            "import torch\nprint(torch.backends.cpu.get_cpu_capability())")
+    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == capability and "invalid value" not in out.stderr, out.stderr
