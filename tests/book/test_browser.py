@@ -23,7 +23,9 @@ driver: ``SE_OFFLINE=true``). One visit collects a report; the tests then check 
   book/_static/sapo_lab.css) and is allowed. Display equations are measured too: one that
   runs past the column (cut, or scrolling inside its box) is reported with its TeX;
 * no page scrolls sideways on a phone: at a 390 px wide mobile viewport the document is no
-  wider than the screen, and the report names the widest elements that stick out.
+  wider than the screen, and the report names the widest elements that stick out;
+* on the same phone, every number in a table (``−0.075``, each end of ``[−0.124, −0.026]``,
+  ``4,808``, ``5e-05``) is drawn on one line: its characters' boxes share one line top.
 
 Screenshots of two chapters go to ``_build/screenshots/``.
 
@@ -625,7 +627,40 @@ return {screen, document: document.documentElement.scrollWidth, body: document.b
 """
 
 
+# Every number in a table, found in the table's text nodes, and those whose characters are drawn on more
+# than one line (a range's client rectangles with more than one distinct top). A number is a maximal run
+# such as -0.075, 4,808, 5e-05 or 60% that touches no letter or digit on either side (hashes are not numbers).
+NUMBER_SPLIT_REPORT = r"""
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('.toggle-hidden').forEach(el => el.classList.remove('toggle-hidden'));
+const number = /(?<![\p{L}\p{N}_.\-\u2212+])[\u2212+-]?\d+(?:[.,]\d+)*(?:e[\u2212+-]?\d+)?%?(?![\p{L}\p{N}_])/gu;
+let total = 0;
+const split = [];
+for (const table of document.querySelectorAll('article.bd-article table')) {
+  const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.data.matchAll(number)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0)
+                                .map(r => Math.round(r.top)));
+      if (tops.size === 0) continue;              // not drawn (a hidden cell)
+      total += 1;
+      if (tops.size > 1) {
+        const cell = node.parentElement.closest('td, th');
+        split.push({number: m[0], lines: tops.size,
+                    cell: (cell ? cell.textContent : node.data).trim().slice(0, 60)});
+      }
+    }
+  }
+}
+return {total, split};
+"""
+
+
 def _on_phone(drv, base: str, page: str, plant=None) -> dict:
+    """The page at a 390 px phone: its width report, with the table numbers' report under 'numbers'."""
     drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
     try:
         _open(drv, base, page)
@@ -635,9 +670,25 @@ def _on_phone(drv, base: str, page: str, plant=None) -> dict:
             "return Array.from(document.querySelectorAll('.plotly-graph-div')).every(g => g._fullLayout)"))
         if plant:
             drv.execute_script(plant)
-        return drv.execute_script(PAGE_WIDTH_REPORT)
+        report = drv.execute_script(PAGE_WIDTH_REPORT)
+        report["numbers"] = drv.execute_script(NUMBER_SPLIT_REPORT)
+        return report
     finally:
         drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.fixture(scope="session")
+def phone(site, driver):
+    cache: dict[str, dict] = {}
+
+    def get(page: str) -> dict:
+        if page not in cache:
+            if not (HTML / page).exists():
+                pytest.fail(f"{page} is in _toc.yml but was not built into {HTML}")
+            cache[page] = _on_phone(driver, site, page)
+        return cache[page]
+
+    return get
 
 
 def _sideways(report: dict) -> int:
@@ -645,14 +696,43 @@ def _sideways(report: dict) -> int:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_no_page_scrolls_sideways_on_a_phone(site, driver, page):
+def test_no_page_scrolls_sideways_on_a_phone(phone, page):
     # Catches unbreakable inline code, tables and equations wider than a 390 px screen that move the whole page.
-    report = _on_phone(driver, site, page)
+    report = phone(page)
     assert report["screen"] == PHONE["width"], f"the emulated screen is {report['screen']} px, not {PHONE['width']}"
     assert _sideways(report) <= 1, (
         f"{page} scrolls {_sideways(report)} px sideways on a {PHONE['width']} px phone; sticking out:\n"
         + "\n".join(f"  <{e['tag']} class='{e['cls']}'> in '{e['section']}', {e['px']} px: {e['text']!r}"
                     for e in report["sticking_out"]))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_table_numbers_stay_on_one_line_on_a_phone(phone, page):
+    # Catches CSS that lets a table cell break anywhere (overflow-wrap: anywhere on td), so that "-0.075"
+    # reads "-0." / "07" / "5" on a phone; a table that needs more room must scroll inside its own box.
+    numbers = phone(page)["numbers"]
+    assert not numbers["split"], (
+        f"{page}: {len(numbers['split'])} of {numbers['total']} table numbers are split across lines on a "
+        f"{PHONE['width']} px phone:\n" + "\n".join(f"  {s['number']!r} on {s['lines']} lines in {s['cell']!r}"
+                                                      for s in numbers["split"][:10]))
+
+
+PLANT_SPLIT_NUMBER = r"""
+const table = document.createElement('table');
+table.innerHTML = '<tr><td><span style="display: inline-block; width: 2ch; overflow-wrap: anywhere">' +
+                  '[\u22120.124, \u22120.026]</span></td><td>4,808</td></tr>';
+document.querySelector('article.bd-article').appendChild(table);
+"""
+
+
+def test_the_number_check_reports_a_planted_split_number(site, driver):
+    # Without it, the number test could pass because it found no numbers (a wrong regex or selector) or
+    # compared the wrong boxes: a cell two characters wide must split both ends of the interval, not 4,808.
+    clean = _on_phone(driver, site, PLANT_PAGE)["numbers"]
+    planted = _on_phone(driver, site, PLANT_PAGE, plant=PLANT_SPLIT_NUMBER)["numbers"]
+    assert planted["total"] == clean["total"] + 3, (clean["total"], planted["total"])
+    new = [s["number"] for s in planted["split"] if s not in clean["split"]]
+    assert new == ["\u22120.124", "\u22120.026"], planted["split"]
 
 
 PLANT_WIDE_BLOCK = r"""
