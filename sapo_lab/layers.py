@@ -7,11 +7,14 @@ builds on it. ``viz`` imports ``runs`` only, for the plots' one ``metrics.jsonl`
 (:mod:`sapo_lab.runs.run_folder`), and only ``viz.plots`` does, so the book's explorers
 (``viz.explore``) still load without torch. ``book_data`` (the committed files a chapter
 fetches) checks them with the manifest's file digest (``runs.manifest``, the standard library
-alone) and is read by ``studies``. The leaves in ``SHARED`` (errors, the version) may be
-imported by every layer.
+alone) and is read by ``evidence``. ``evidence`` (reading a study's results, the statistics and
+each study's findings) imports ``runs`` and ``book_data`` only, so a chapter or a reviewer reads the
+committed studies without torch or pydantic; ``studies`` (declaring, running and selecting) builds on
+``training`` and reads through ``evidence``. The leaves in ``SHARED`` (errors, the version, SAPO's
+half-width in closed form) may be imported by every layer.
 """
 
-SHARED = {"errors", "_version", "_lazy", "layers"}
+SHARED = {"errors", "_version", "_lazy", "layers", "half_width"}
 
 # layer -> the sapo_lab layers it may import (besides itself)
 ALLOWED = {
@@ -19,6 +22,7 @@ ALLOWED = {
     "_version": set(),
     "_lazy": set(),
     "layers": set(),
+    "half_width": set(),
     "objective": set(),
     "tasks": set(),
     "conformance": set(),
@@ -26,8 +30,8 @@ ALLOWED = {
     "book_data": {"runs"},
     "viz": {"objective", "tasks", "runs"},
     "training": {"objective", "tasks", "runs"},
-    "evidence": {"objective", "runs", "book_data", "studies"},
-    "studies": {"objective", "tasks", "runs", "training", "book_data", "evidence"},
+    "evidence": {"runs", "book_data"},
+    "studies": {"objective", "tasks", "runs", "training", "evidence"},
     "integrations": {"objective", "tasks", "runs", "training"},
     "course": {"objective", "tasks", "runs", "training"},
     "cli": {"objective", "tasks", "runs", "training", "studies", "evidence", "integrations", "conformance", "course"},

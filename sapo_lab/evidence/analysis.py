@@ -13,6 +13,7 @@ seed reproduce the same run bit for bit).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from ..runs.identity import run_identity
@@ -202,8 +203,6 @@ def split_overlap(splits: dict) -> dict:
     ``additions`` such prompts) and ``answer`` (the final answer, the text after the last
     "=", is also some training problem's final answer).
     """
-    import re
-
     def twin(prompt):
         m = re.fullmatch(r"(\d+)\+(\d+)(\D*)", prompt)
         return None if m is None or m[1] == m[2] else f"{m[2]}+{m[1]}{m[3]}"

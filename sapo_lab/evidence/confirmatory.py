@@ -17,7 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..objective.kernels import sapo_half_width
+from ..half_width import sapo_half_width
 from .analysis import endpoint_value, pairs_in_study, primary_results, run_config
 from .paired import compare
 from .results import Study, load_study

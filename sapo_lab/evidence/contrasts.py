@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import math
 
-from .analysis import adjust_families, endpoint_value, pairs_in_study, primary_results, run_config
+from .analysis import adjust_families, endpoint_value, pairing_key, pairs_in_study, primary_results, run_config
 from .paired import compare
 from .results import Study
 
@@ -93,8 +93,6 @@ def _without(config: dict, dotted_keys) -> dict:
 
 def pairs_by_seed_ignoring(study: Study, method: str, reference: str, differ_in) -> dict:
     """``{seed: (method_run, reference_run)}`` for runs that agree in everything but the loss and ``differ_in``."""
-    from .analysis import pairing_key
-
     refs = {}
     for ref in study.select(reference):
         refs.setdefault(ref.seed, []).append(ref)

@@ -15,26 +15,12 @@ import math
 import statistics
 
 from .confirmatory import interval_text
-from .gate_map import STUDY, Cell, Setting, map_cells
+from .gate_map import STUDY, Cell, map_cells, method_settings
 from .results import Study, load_study
 
 SIGNAL_REMOVED = "losses/signal_removed_frac"
 ACTIVITY_FLOOR = 1e-6  # shares below this are compared as this on the log scale (an on-policy run's 0 included)
 VERDICT_WORDS = {"helps": "SAPO above GRPO", "hurts": "SAPO below GRPO", "no difference": "no difference detected"}
-
-
-def map_settings(study: Study) -> dict[str, Setting]:
-    """Each method's setting, read from its first finished run's saved config (no config is resolved again)."""
-    out = {}
-    for method in study.methods():
-        runs = study.select(method)
-        if not runs:
-            continue
-        cfg = runs[0].config
-        loss, opt = cfg["loss"], cfg["optimization"]
-        out[method] = Setting(method, loss["loss_type"], loss["sapo_temperature_pos"], loss["sapo_temperature_neg"],
-                              opt["learning_rate"], opt["steps_per_generation"])
-    return out
 
 
 def cell_activity(study: Study, method: str) -> float | None:
@@ -53,7 +39,7 @@ def _log_distance(a: float, b: float) -> float:
 def nearest_cell(study: Study, activity: float) -> tuple[Cell, float, tuple[float, float]] | None:
     """The complete map cell whose SAPO runs removed the share of signal closest to ``activity``, its share, and
     the range of the cells' shares."""
-    settings = map_settings(study)
+    settings = method_settings(study)
     grpo = {(s.learning_rate, s.staleness): s for s in settings.values() if s.loss_type == "grpo"}
     candidates = []
     for s in settings.values():
@@ -70,7 +56,7 @@ def nearest_cell(study: Study, activity: float) -> tuple[Cell, float, tuple[floa
 
 def scope_line(study: Study) -> str:
     """What the map covers, from its declaration and its runs' configs: model, task, steps, seeds, the factors."""
-    settings = map_settings(study)
+    settings = method_settings(study)
     first = study.runs[0].config if study.runs else {}
     sapo = [s for s in settings.values() if s.loss_type == "sapo"]
 
@@ -89,7 +75,7 @@ def scope_line(study: Study) -> str:
 def map_lines(regime: str, activity: float | None, study: Study | None = None) -> list[str]:
     """The doctor's closing lines: the nearest cell and its paired gap (or why none is matched), then the scope."""
     study = study if study is not None else load_study(STUDY)
-    settings = map_settings(study)
+    settings = method_settings(study)
     smallest_m = min((s.staleness for s in settings.values()), default=None)
     if regime == "on-policy":
         head = (f"gate map: no cell is on-policy (its smallest M is {smallest_m}); on-policy, SAPO's update is "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..objective.kernels import sapo_half_width
+from ..half_width import sapo_half_width
 from .analysis import endpoint_value, pairs_in_study
 from .confirmatory import interval_text
 from .contrasts import contrast_results, declared_results
@@ -69,23 +69,19 @@ def side_of_zero(comparison) -> int:
     return 1 if lo > 0 else -1 if hi < 0 else 0
 
 
-def method_settings(declaration: dict) -> dict[str, Setting]:
-    """Each declared method's loss type, temperatures, learning rate and M, from its resolved config."""
-    from ..studies.expansion import expand_runs
-
+def method_settings(study: Study) -> dict[str, Setting]:
+    """Each method's loss type, temperatures, learning rate and M, read from its first finished run's saved
+    config: what the runs trained with, not what the declaration resolves to today. A method with no
+    finished run has no setting yet, so its cell appears once one of its runs finishes."""
     out = {}
-    for run in expand_runs(declaration):
-        if run["method"] in out:
+    for method in study.methods():
+        runs = study.select(method)
+        if not runs:
             continue
-        cfg = run["config"]
-        out[run["method"]] = Setting(
-            run["method"],
-            cfg.loss.loss_type,
-            cfg.loss.sapo_temperature_pos,
-            cfg.loss.sapo_temperature_neg,
-            cfg.optimization.learning_rate,
-            cfg.optimization.steps_per_generation,
-        )
+        cfg = runs[0].config
+        loss, opt = cfg["loss"], cfg["optimization"]
+        out[method] = Setting(method, loss["loss_type"], loss["sapo_temperature_pos"], loss["sapo_temperature_neg"],
+                              opt["learning_rate"], opt["steps_per_generation"])
     return out
 
 
@@ -106,7 +102,7 @@ def _declared_pairs(study: Study) -> set[tuple[str, str]]:
 def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = None) -> list[Cell]:
     """Every SAPO setting against GRPO at its learning rate and M, in declaration order."""
     study = study if study is not None else load_study(STUDY)
-    settings = settings if settings is not None else method_settings(study.declaration)
+    settings = settings if settings is not None else method_settings(study)
     metric = study.declaration["analysis"]["endpoint"]["metric"]
     alpha = study.declaration["analysis"]["alpha"]
     declared = len(study.declaration["seeds"])
@@ -244,7 +240,7 @@ def answer_bullets(study: Study | None = None, settings: dict[str, Setting] | No
     whose Holm adjustment does not reach the level, the side is marked as read before adjustment.
     """
     study = study if study is not None else load_study(STUDY)
-    settings = settings if settings is not None else method_settings(study.declaration)
+    settings = settings if settings is not None else method_settings(study)
     answers = declared_answers(study)
     tested = {(a["method"], a["reference"]): a["id"] for a in answers if "method" in a and "reference" in a}
     lines = []
@@ -271,7 +267,7 @@ def plain_answer(study: Study | None = None, settings: dict[str, Setting] | None
     """The declared questions' answer in three sentences: where SAPO stood, how the gap moved with M, and
     what the narrow gate and the tuned learning rate did. Every clause is chosen by an interval's side."""
     study = study if study is not None else load_study(STUDY)
-    settings = settings if settings is not None else method_settings(study.declaration)
+    settings = settings if settings is not None else method_settings(study)
     answers = {a["id"]: a for a in declared_answers(study)}
     pending = [i for i, a in answers.items() if a.get("comparison") is None]
     if pending:

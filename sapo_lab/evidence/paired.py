@@ -29,6 +29,8 @@ from pathlib import Path
 
 from scipy import stats
 
+from ..runs.snapshots import run_metric_rows
+
 # ---------------------------------------------------------------- the t distribution
 
 
@@ -370,8 +372,6 @@ def trajectory_key(run_dir: str | Path) -> str:
     (losses, gradient norms, rewards and dev scores to the last digit); their fingerprints are
     then equal and the run counts once in a pooled table.
     """
-    from ..studies.checkpoint_rules import run_metric_rows  # the one metrics reader; the statistics above need no torch
-
     digest = hashlib.sha256()
     for row in run_metric_rows(str(run_dir)):
         timeless = {k: v for k, v in row.items() if not k.startswith(TIMING_NAMESPACE)}

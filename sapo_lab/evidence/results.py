@@ -20,10 +20,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..book_data import cache_root
 from ..runs.metric_names import canonical
+from ..runs.snapshots import run_metric_rows
 from ..runs.study_folder import StudyFolder, StudyRunFolder
 from ..runs.study_folder import study_names as _study_names
-from ..studies.checkpoint_rules import run_metric_rows
 
 
 def results_root(start: str | os.PathLike | None = None) -> Path:
@@ -35,8 +36,7 @@ def results_root(start: str | os.PathLike | None = None) -> Path:
     for p in (here, *here.parents):
         if (p / "results").is_dir() and (p / "experiments").is_dir():
             return p / "results"
-    from ..book_data import cache_root  # a chapter run alone reads what its first cell fetched
-
+    # a chapter run alone reads what its first cell fetched
     if (cache_root() / "results").is_dir() and (cache_root() / "experiments").is_dir():
         return cache_root() / "results"
     raise FileNotFoundError(f"no results/ folder next to an experiments/ folder above {here}")

@@ -37,22 +37,17 @@ import math
 
 import torch
 
+from ..half_width import SAPO_HALF_WIDTH_TIMES_TAU
+from ..half_width import sapo_half_width as sapo_half_width  # stated here beside the kernels; no torch in its home
 from .gates import _as_tensor, check_temperature, log_gate_weight, sapo_token_surrogate
 
-# |r - 1| at which SAPO's gate sech^2(tau (r-1)/2) equals 1/2, times tau: 2 acosh(sqrt 2) = 2 asinh(1).
-SAPO_HALF_WIDTH_TIMES_TAU = 2.0 * math.asinh(1.0)
 _SQRT_2LN2 = math.sqrt(2.0 * math.log(2.0))
 
 
-def sapo_half_width(tau):
-    """Half-width at half maximum of SAPO's gate: the |r - 1| where w_tau(r) = 1/2."""
-    check_temperature(tau)
-    return SAPO_HALF_WIDTH_TIMES_TAU / tau
-
-
 def gaussian_width(tau):
-    """sigma_tau such that exp(-(r-1)^2 / (2 sigma^2)) has SAPO's half-width at temperature tau."""
-    return sapo_half_width(tau) / _SQRT_2LN2
+    """sigma_tau such that exp(-(r-1)^2 / (2 sigma^2)) has SAPO's half-width at temperature tau (a tensor or a number)."""
+    check_temperature(tau)
+    return SAPO_HALF_WIDTH_TIMES_TAU / tau / _SQRT_2LN2
 
 
 def gaussian_gate_weight(ratio, tau) -> torch.Tensor:

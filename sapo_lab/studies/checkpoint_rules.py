@@ -1,5 +1,8 @@
 """Which checkpoint to report: best dev score, fixed step, fixed rollout tokens, or a wall-clock budget.
 
+The rules alone, with the standard library: loading the chosen weights is
+:func:`sapo_lab.studies.selected_eval.load_weights`'s.
+
 A rule picks a step from a run's ``metrics.jsonl`` (one row per rollout step, written by
 the trainer: ``step``, ``eval/dev_pass1`` (``null`` between dev evaluations),
 ``counters/tokens_generated``, ``time/elapsed_s``, ...):
@@ -21,37 +24,22 @@ If a run ended before a token or time budget, the rule picks its final step and 
 The weights for a step live in ``checkpoints/step-NNNNNN/`` (trainer, every
 ``save_steps`` and at the end; :func:`sapo_lab.runs.checkpoint.save_checkpoint` keeps only the
 two newest) or in ``snapshots/step-NNNNNN/`` (weights only, written by
-:func:`save_snapshot`, e.g. by the study runner at every dev evaluation). Selection is
+:func:`sapo_lab.runs.snapshots.save_snapshot`, e.g. by the study runner at every dev evaluation);
+:mod:`sapo_lab.runs.snapshots` says which steps have weights and where. Selection is
 exact only if the chosen step has weights: for ``best_dev`` a snapshot at every dev
 step; for budgets, a snapshot at every step, or a rule restricted in advance to the steps
-that have weights (``candidates=saved_steps(run_dir)``), which is a different declared
-rule, not a fallback. A chosen step without weights is an error naming the nearest saved
+that have weights (``candidates=saved_steps(run_dir)``, :func:`sapo_lab.runs.snapshots.saved_steps`),
+which is a different declared rule, not a fallback. A chosen step without weights is an error naming the nearest saved
 steps; no other step is ever substituted silently.
 """
 
 from __future__ import annotations
 
-import os
-
-from ..runs.durable import install
 from ..runs.metric_names import DEV_PASS1, ELAPSED_S, TOKENS_GENERATED_TOTAL
-from ..runs.run_folder import CHECKPOINTS, METRICS, SNAPSHOTS, RunFolder, parse_step_dir, step_dir_name
+from ..runs.snapshots import run_metric_rows, saved_steps, weights_for_step
 
 RULES = ("best_dev", "final", "step", "rollout_tokens", "wall_clock")
 _BUDGET_FIELD = {"rollout_tokens": TOKENS_GENERATED_TOTAL, "wall_clock": ELAPSED_S}
-
-
-class CheckpointMissing(ValueError):
-    """The selected step's weights were never saved or have been pruned."""
-
-
-def run_metric_rows(run_dir: str) -> list[dict]:
-    """The rows of ``run_dir/metrics.jsonl`` as :func:`sapo_lab.runs.run_folder.read_metrics` reads them
-    (a torn last line left out; any other damaged line an error naming it)."""
-    folder = RunFolder(run_dir)
-    if not os.path.isfile(folder.metrics):
-        raise ValueError(f"{run_dir} has no {METRICS}")
-    return folder.read_metrics().rows
 
 
 def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> dict:
@@ -103,34 +91,6 @@ def select_step(rows: list[dict], by: str, value=None, *, candidates=None) -> di
     }
 
 
-def saved_steps(run_dir: str) -> list[int]:
-    """Steps that have weights on disk (trainer checkpoints or snapshots), sorted."""
-    steps = set()
-    for sub in (CHECKPOINTS, SNAPSHOTS):
-        root = os.path.join(run_dir, sub)
-        if os.path.isdir(root):
-            for d in os.listdir(root):
-                if parse_step_dir(d) is not None and os.path.isfile(os.path.join(root, d, "model.safetensors")):
-                    steps.add(parse_step_dir(d))
-    return sorted(steps)
-
-
-def weights_for_step(run_dir: str, step: int) -> str:
-    """Path of ``model.safetensors`` for ``step``; :class:`CheckpointMissing` if there is none."""
-    for sub in (CHECKPOINTS, SNAPSHOTS):
-        path = os.path.join(run_dir, sub, step_dir_name(step), "model.safetensors")
-        if os.path.isfile(path):
-            return path
-    saved = saved_steps(run_dir)
-    below = [s for s in saved if s < step]
-    above = [s for s in saved if s > step]
-    raise CheckpointMissing(
-        f"{run_dir}: no weights for selected step {step} (never saved, or pruned: the trainer keeps its 2 newest "
-        f"checkpoints); nearest saved steps: {below[-1] if below else None} and {above[0] if above else None}. "
-        "Snapshot every step the rule can choose, or declare the rule over saved steps."
-    )
-
-
 def checkpoint_by_rule(run_dir: str, by: str, value=None, *, saved_only: bool = False) -> dict:
     """``select_step`` on the run's metrics, plus ``weights``: the file holding that step's model.
 
@@ -141,29 +101,3 @@ def checkpoint_by_rule(run_dir: str, by: str, value=None, *, saved_only: bool = 
     choice["weights"] = weights_for_step(run_dir, choice["step"])
     choice["saved_only"] = saved_only
     return choice
-
-
-def save_snapshot(run_dir: str, step: int, model) -> str:
-    """Write the model's weights to ``snapshots/step-NNNNNN/model.safetensors`` atomically."""
-    from safetensors.torch import save_model
-
-    final = os.path.join(RunFolder(run_dir).snapshots, step_dir_name(step))
-    os.makedirs(final, exist_ok=True)
-    tmp = os.path.join(final, f".model.safetensors.tmp-{os.getpid()}")
-    save_model(model, tmp)
-    install(tmp, os.path.join(final, "model.safetensors"))
-    return final
-
-
-def load_weights(run_dir: str, step: int, device: str = "cpu"):
-    """(model, tokenizer) of ``run_dir`` at ``step``: the run's architecture and tokenizer, that step's weights."""
-    from safetensors.torch import load_model
-
-    from ..training.model import load_model_and_tokenizer
-
-    path = weights_for_step(run_dir, step)
-    model, tok = load_model_and_tokenizer(RunFolder(run_dir).cold_start)
-    missing, unexpected = load_model(model, path, device=device)
-    if missing or unexpected:
-        raise ValueError(f"{path} does not match the run's model: missing {missing}, unexpected {unexpected}")
-    return model.to(device).eval(), tok

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import subprocess
 import sys
 
+from .._version import __version__
 from ..runs.kernels import KERNEL_SETTINGS, VARIABLES, current_kernel_setting, kernel_setting_env
+from ..runs.study_folder import StudyFolder
 
 
 def kernel_fingerprint() -> str:
@@ -18,9 +21,7 @@ def kernel_fingerprint() -> str:
     results differ in the last bits; over a cold start's hundreds of updates that changes
     sampled tokens. Runs reproduce bit for bit only where this fingerprint matches.
     """
-    import hashlib
-
-    import torch
+    import torch  # here, not at the top: a kernel setting must be applied before torch loads
 
     from ..training.model import build_model
 
@@ -69,8 +70,6 @@ def producer_kernels(study_folder) -> tuple[set, set]:
     before the field existed (its ``differs_from`` lists kernels measured not to reproduce it). A study
     with no recorded fingerprint has an empty first set: it is reproducible nowhere that can be named.
     """
-    from ..runs.study_folder import StudyFolder
-
     folder = StudyFolder(os.fspath(study_folder))
     known = {inv["kernel_fingerprint"] for inv in folder.read_invocations() if inv.get("kernel_fingerprint")}
     record = folder.read_kernel_record()
@@ -81,9 +80,7 @@ def producer_kernels(study_folder) -> tuple[set, set]:
 
 def capture_environment() -> dict:
     """The versions, commit, hardware, kernel fingerprint and command line of this invocation."""
-    import torch
-
-    from .._version import __version__
+    import torch  # loaded already by the runner; kept out of this module's top for kernel_fingerprint's sake
 
     here = os.path.dirname(os.path.abspath(__file__))
 

@@ -6,6 +6,7 @@ import itertools
 import os
 
 from ..evidence.results import value_tag
+from ..runs.config import load_config, resolve_key
 from ..runs.study_folder import StudyFolder
 from .spec import BUDGET_KEYS, grid_leaf
 
@@ -15,8 +16,6 @@ def expand_runs(study: dict, results_root: str = "results") -> list[dict]:
 
     Every config is resolved and validated here, before any run starts.
     """
-    from ..runs.config import load_config, resolve_key
-
     budget_keys = {resolve_key(k) for k in BUDGET_KEYS.values()} | {resolve_key("seed")}
     grid = study["grid"]
     grid_keys = [resolve_key(k) for k in grid]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..runs.metric_names import ELAPSED_S
+from ..runs.snapshots import run_metric_rows
 from ..runs.study_folder import StudyRunFolder
 from .selected_eval import evaluate_selected
 from .verdicts import collapse_verdict
@@ -10,8 +11,6 @@ from .verdicts import collapse_verdict
 
 def finish_record(run: dict, run_dir: str, study: dict) -> dict:
     """Collapse verdict, selections with their eval breakdown, counters: ``study_record.json``."""
-    from .checkpoint_rules import run_metric_rows
-
     folder = StudyRunFolder(run_dir)
     if folder.has_record():
         return folder.read_record()

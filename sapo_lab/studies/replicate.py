@@ -22,12 +22,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..evidence.results import Study
+from tqdm.auto import tqdm
+
+from ..evidence.analysis import primary_results
+from ..evidence.results import Study, load_study
 from ..runs.durable import write_json
+from ..runs.identity import same_run
+from ..runs.kernels import current_kernel_setting
 from ..runs.study_folder import StudyFolder
+from .environment import kernel_fingerprint, producer_kernels
+from .expansion import expand_runs
+from .spec import grid_leaf
 
 REPLICATIONS = "replications"  # under the results folder: replications/FINGERPRINT/STUDY/
 RECORD = "replication.json"
@@ -66,8 +75,6 @@ def find_question(study: Study, question_id: str) -> Question:
 
 def question_runs(study: Study, question: Question, root: str) -> list[dict]:
     """The declared runs (``expand_runs`` rows) that answer ``question``: its methods, in its cell."""
-    from .expansion import expand_runs
-    from .spec import grid_leaf
 
     rows = []
     for run in expand_runs(study.declaration, root):
@@ -92,8 +99,6 @@ def training_seconds(study: Study, run_ids) -> float | None:
 
 def answer(study: Study, question: Question) -> dict:
     """The question's declared result in ``study`` (:func:`sapo_lab.evidence.analysis.primary_results`' entry)."""
-    from ..evidence.analysis import primary_results
-
     for entry in primary_results(study):
         if entry["id"] == question.id:
             return entry
@@ -138,8 +143,6 @@ class ReplicationRecord:
     def lines(self) -> list[str]:
         """The side-by-side report, verdict first, each line within 80 characters (a book column): both answers
         with their intervals and p-values, then the kernels each ran on."""
-        import textwrap
-
         def row(label, c):
             lo, hi = c["t_interval"]
             return f"  {label:<13}{c['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]  p {c['p']:.3f}  {len(c['differences'])} pairs"
@@ -166,9 +169,6 @@ def replication_root(results: str | os.PathLike, fingerprint: str) -> Path:
 
 def conclude(committed: Study, replicated: Study, question: Question, here_kernels: str) -> ReplicationRecord:
     """Read ``question`` in both studies and apply the declared verdict."""
-    from ..runs.kernels import current_kernel_setting
-    from .environment import producer_kernels
-
     alpha = committed.declaration["analysis"]["alpha"]
     old, new = answer(committed, question), answer(replicated, question)
     if new["comparison"] is None:
@@ -220,8 +220,6 @@ def plan_text(question: Question, runs: list[dict], todo: list[str], committed_s
 
 def _read_committed(name: str, results_root: str) -> Study:
     """The committed study, or a one-line ``ValueError`` naming what is wrong with its folder."""
-    from ..evidence.results import load_study
-
     root = Path(results_root)
     if not root.is_dir():
         raise ValueError(f"--results-root {results_root} is not a folder")
@@ -240,8 +238,6 @@ def _read_committed(name: str, results_root: str) -> Study:
 def _check_replicated(committed: Study, runs: list[dict], folder: Path) -> None:
     """Refuse a replication folder that is not this declaration's: another ``study.json``, or a run whose saved
     config is not the one the declaration resolves to (one line, before any verdict is read)."""
-    from ..runs.identity import same_run
-
     saved = StudyFolder(str(folder)).read_declaration()
     if saved != committed.declaration:
         raise ValueError(f"{folder}/study.json is not {committed.name}'s committed declaration: remove {folder} "
@@ -260,10 +256,7 @@ def replicate_command(args) -> int:
     status 0 when the verdict is ``identical`` or ``consistent``, 1 when ``not consistent``, 2 for a user error,
     130 when interrupted (rerun the same command to resume).
     """
-    from tqdm.auto import tqdm
-
-    from ..evidence.results import load_study
-    from .runner import run_status
+    from .runner import run_status  # torch loads here, after the kernel setting is applied
 
     committed = _read_committed(args.study, args.results_root)
     question = find_question(committed, args.question)
@@ -273,7 +266,6 @@ def replicate_command(args) -> int:
         raise ValueError(f"{committed.path}: {question.id} cannot be read ({str(exc).splitlines()[0]})") from None
     if before["comparison"] is None:  # a damaged or partial committed study: found before hours of training
         raise ValueError(f"{committed.path}: the committed {question.id} is {before['status']}; nothing to compare with")
-    from .environment import kernel_fingerprint
     from .runner import run_study
 
     here = kernel_fingerprint()

@@ -23,9 +23,11 @@ import os
 import shutil
 import time
 
+from ..runs.checkpoint import latest_checkpoint
 from ..runs.identity import same_run
 from ..runs.kernels import apply_kernel_setting
 from ..runs.metric_names import DEV_PASS1
+from ..runs.snapshots import run_metric_rows, save_snapshot
 from ..runs.study_folder import StudyFolder, StudyRunFolder
 from .environment import capture_environment
 from .expansion import expand_runs
@@ -36,8 +38,6 @@ from .summary import write_summary
 
 def run_status(run_dir: str) -> str:
     """``done`` (summary.json or diverged.json), ``partial`` (a checkpoint), ``pending`` (nothing to resume)."""
-    from ..runs.checkpoint import latest_checkpoint
-
     folder = StudyRunFolder(run_dir)
     if os.path.isfile(folder.summary) or os.path.isfile(folder.diverged):
         return "done"
@@ -56,8 +56,6 @@ def _same_config(run_dir: str, cfg) -> bool:
 
 
 def _snapshot_callback(run_dir: str, every, user_callback):
-    from .checkpoint_rules import save_snapshot
-
     def on_step_end(trainer, row):
         at_dev = every == "dev" and row.get(DEV_PASS1) is not None
         if at_dev or (isinstance(every, int) and every and row["step"] % every == 0):
@@ -97,8 +95,6 @@ def _run_all(runs, out, study, actions, shard, log, progress, on_step_end, on_ru
         try:
             summary = train(cfg, run_dir, resume=state == "partial", log=log, progress=progress, on_step_end=callback)
         except TrainingDiverged as exc:
-            from .checkpoint_rules import run_metric_rows
-
             rows = run_metric_rows(run_dir)
             folder.write_diverged(str(exc), rows[-1]["step"] + 1 if rows else 1)
             summary = {"status": "diverged"}

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from safetensors.torch import load_model
+
+from ..runs.run_folder import RunFolder
+from ..runs.snapshots import CheckpointMissing, weights_for_step
 from ..tasks import family_weights, splits_for, task_for
 from ..training.evaluation import eval_temperature
+from ..training.model import load_model_and_tokenizer
 from ..training.seeds import final_eval_seed
+from .checkpoint_rules import checkpoint_by_rule
+from .per_family import breakdown, score_problems
 
 
 def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
     """The selection rule's choice and, when its weights exist, the per-family eval breakdown."""
-    from .checkpoint_rules import CheckpointMissing, checkpoint_by_rule, load_weights
-    from .per_family import breakdown, score_problems
-
     try:
         choice = checkpoint_by_rule(run_dir, rule["by"], rule.get("value"), saved_only=rule.get("saved_only", False))
     except CheckpointMissing as exc:
@@ -37,3 +41,12 @@ def evaluate_selected(run_dir: str, cfg, rule: dict, num_samples: int) -> dict:
     choice["eval"] = breakdown(records, family_weights(task), pass_k=sorted({1, num_samples}))
     return choice
 
+
+def load_weights(run_dir: str, step: int, device: str = "cpu"):
+    """(model, tokenizer) of ``run_dir`` at ``step``: the run's architecture and tokenizer, that step's weights."""
+    path = weights_for_step(run_dir, step)
+    model, tok = load_model_and_tokenizer(RunFolder(run_dir).cold_start)
+    missing, unexpected = load_model(model, path, device=device)
+    if missing or unexpected:
+        raise ValueError(f"{path} does not match the run's model: missing {missing}, unexpected {unexpected}")
+    return model.to(device).eval(), tok

@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import re
 
+from ..evidence.contrasts import check_contrasts
 from ..runs.json_object import read_json_object
 from ..runs.kernels import kernel_setting_env
 from ..runs.metric_names import canonical
+from .checkpoint_rules import RULES
 
 STUDY_KEYS = {
     "name",
@@ -108,8 +110,6 @@ def load_declaration(path: str) -> dict:
     if not isinstance(budget, dict) or "max_steps" not in budget or set(budget) - set(BUDGET_KEYS):
         raise ValueError(f"study 'budget' must give max_steps (and optionally max_train_time_s), got {budget!r}")
     _check_collapse(study["collapse"])
-    from .checkpoint_rules import RULES
-
     for rule in study["selection"]:
         if not isinstance(rule, dict) or rule.get("by") not in RULES or set(rule) - {"by", "value", "saved_only"}:
             raise ValueError(f"selection rule {rule!r} must be {{'by': one of {RULES}, 'value'?: number, 'saved_only'?: bool}}")
@@ -167,8 +167,6 @@ def _check_analysis(plan, study: dict) -> None:
     if len(ids) != len(plan["tests"]) + len(plan.get("tuning", [])):
         raise ValueError("analysis test and tuning ids must be unique")
     if "contrasts" in plan:  # trends and tuning outside the loss section: sapo_lab.evidence.contrasts
-        from ..evidence.contrasts import check_contrasts
-
         check_contrasts(plan["contrasts"], study, ids)
 
 

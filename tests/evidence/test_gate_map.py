@@ -8,6 +8,7 @@ import pytest
 from sapo_lab.evidence import gate_map
 from sapo_lab.evidence.gate_map import Cell, Setting, declared_answers, map_cells, method_settings, where_the_gate_stands
 from sapo_lab.evidence.paired import compare
+from sapo_lab.evidence.results import load_study
 from sapo_lab.studies.spec import load_declaration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +17,7 @@ DECLARATION = load_declaration(str(ROOT / "experiments" / "gate_map.json"))
 
 @pytest.fixture(scope="module")
 def settings():
-    return method_settings(DECLARATION)
+    return method_settings(load_study("gate_map", ROOT / "results"))
 
 
 def _study(declaration=DECLARATION):
@@ -39,6 +40,18 @@ def test_settings_read_the_declared_factors(settings):
     assert settings["sapo_lr2e-4_M8"].tau_pos == 1.0  # the paper's default, not a declared override
     assert abs(settings["sapo_tau_x8.81_lr2e-4_M8"].half_width - 0.2) < 1e-3  # as tight as the clip's epsilon
     assert settings["grpo_lr2e-4_M8"].half_width is None
+
+
+def test_settings_are_what_the_runs_trained_with_not_what_the_declaration_resolves_to():
+    """Catches the settings read from the declaration's expansion again: a run whose saved config holds another
+    learning rate than the declaration (a declaration edited after the runs, or a default that changed) is
+    reported at the rate it trained with; a method with no finished run has no setting yet."""
+    saved = {"loss": {"loss_type": "sapo", "sapo_temperature_pos": 3.0, "sapo_temperature_neg": 3.15},
+             "optimization": {"learning_rate": 7e-5, "steps_per_generation": 8}}
+    runs = {"sapo_tau_x3_lr1e-4_M8": [SimpleNamespace(config=saved)], "grpo_lr1e-4_M8": []}
+    study = SimpleNamespace(methods=lambda: list(runs), select=lambda method: runs[method])
+    (only,) = method_settings(study).values()
+    assert (only.method, only.tau_pos, only.learning_rate, only.staleness) == ("sapo_tau_x3_lr1e-4_M8", 3.0, 7e-5, 8)
 
 
 def test_each_sapo_cell_is_paired_with_grpo_at_its_own_rate_and_staleness(monkeypatch, settings):

@@ -110,6 +110,9 @@ def _copy_package(tmp_path):
         ("book_data.py", "    from .training.model import build_model", "book_data may not import training"),
         ("runs/manifest.py", "from ..book_data import cache_root", "runs may not import book_data"),
         ("objective/losses.py", "    from ..book_data import cache_root", "objective may not import book_data"),
+        ("evidence/gate_map.py", "from ..objective.kernels import sapo_half_width", "evidence may not import objective"),
+        ("evidence/results.py", "    from ..studies.spec import load_declaration", "evidence may not import studies"),
+        ("evidence/paired.py", "from ..training.model import build_model", "evidence may not import training"),
     ],
 )
 def test_a_planted_upward_import_is_reported(tmp_path, module, line, message):
@@ -186,12 +189,23 @@ def test_an_installed_package_holds_every_subpackage():
     assert on_disk and shipped == on_disk, on_disk ^ shipped
 
 
-def test_reading_study_results_loads_no_transformers():
-    """The evidence chapters read results through sapo_lab.studies: catches the package __init__ importing the
-    runner (and with it transformers) eagerly again."""
-    import subprocess
-    import sys
+EVIDENCE_HEAVY = ("torch", "pydantic", "transformers")
 
-    code = ("import sys, sapo_lab.evidence.results, sapo_lab.evidence.analysis, sapo_lab.evidence.paired; "
-            "assert 'transformers' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
+
+def _import_every_evidence_module() -> str:
+    return ("import importlib, pkgutil, sapo_lab.evidence as e\n"
+            "for m in pkgutil.iter_modules(e.__path__):\n"
+            "    importlib.import_module('sapo_lab.evidence.' + m.name)")
+
+
+def test_evidence_loads_neither_torch_nor_pydantic(tmp_path):
+    """Every chapter and reviewer reads the committed studies through sapo_lab.evidence: catches any of its
+    modules reaching torch or pydantic (a findings module importing a torch-backed helper from the objective,
+    the results reader importing the config); the planted copy, one torch import in one findings module,
+    shows the check can fail."""
+    assert _heavy_after_importing(PACKAGE, "sapo_lab.evidence", EVIDENCE_HEAVY) == []
+    assert heavy_modules_after(_import_every_evidence_module(), EVIDENCE_HEAVY, PACKAGE.parent) == []
+    root = _copy_package(tmp_path)
+    findings = root / "evidence" / "gate_map.py"
+    findings.write_text(findings.read_text() + "\nimport torch  # noqa\n")
+    assert "torch" in heavy_modules_after(_import_every_evidence_module(), EVIDENCE_HEAVY, root.parent)

@@ -106,7 +106,7 @@ def test_the_cold_start_folder_is_fsynced_before_it_is_renamed_into_place(tmp_pa
 
 def test_a_study_snapshot_is_fsynced_before_it_is_renamed(tmp_path, events):
     """Catches save_snapshot writing the weights in place, or renaming them unflushed."""
-    from sapo_lab.studies.checkpoint_rules import save_snapshot
+    from sapo_lab.runs.snapshots import save_snapshot
     from sapo_lab.training.model import build_model
 
     save_snapshot(str(tmp_path), 3, build_model("cpu-micro", vocab_size=15))

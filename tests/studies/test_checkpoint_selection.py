@@ -6,15 +6,9 @@ import os
 import pytest
 import torch
 
-from sapo_lab.studies.checkpoint_rules import (
-    CheckpointMissing,
-    checkpoint_by_rule,
-    load_weights,
-    run_metric_rows,
-    save_snapshot,
-    saved_steps,
-    select_step,
-)
+from sapo_lab.runs.snapshots import CheckpointMissing, run_metric_rows, save_snapshot, saved_steps
+from sapo_lab.studies.checkpoint_rules import checkpoint_by_rule, select_step
+from sapo_lab.studies.selected_eval import load_weights
 
 DEV = {2: 0.30, 4: 0.55, 6: 0.40, 8: 0.55, 10: 0.20}
 
