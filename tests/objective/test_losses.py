@@ -29,6 +29,16 @@ def grad_of(logp, *args, **kw):
     return out, g
 
 
+def weights_by_hand(mask, aggregation="per_response"):
+    """alpha_{i,t} from the definitions, not from aggregation_weights (which the loss itself uses): per_response
+    m / (L_i N) over the N non-empty responses, token_pool m / sum(m)."""
+    m = mask.to(torch.float64)
+    if aggregation == "token_pool":
+        return m / m.sum()
+    lengths = m.sum(-1, keepdim=True)
+    return torch.where(lengths > 0, m / lengths.clamp(min=1) / int((lengths > 0).sum()), torch.zeros_like(m))
+
+
 def sapo_token_loss_direct(logp, behavior, adv, tau_pos=1.0, tau_neg=1.05):
     """Independent formula: -A (4/tau) [sigmoid(tau (r - 1)) - 1/2] with r = p / b."""
     r = torch.exp(logp) / torch.exp(behavior)
@@ -79,7 +89,7 @@ def test_token_sapo_gradient_equals_closed_form(aggregation):
     _, g = grad_of(logp, behavior, adv, mask, aggregation=aggregation)
     r = torch.exp(logp.detach() - behavior)
     tau = torch.where(adv[:, None] > 0, 1.0, 1.05).expand_as(r)
-    alpha = aggregation_weights(mask, aggregation)
+    alpha = weights_by_hand(mask, aggregation)
     expected = -alpha * adv[:, None] * r * gate_weight(r, tau)
     assert torch.allclose(g, expected, rtol=1e-12, atol=1e-16)
 
@@ -230,7 +240,7 @@ def test_signal_removed_fraction_matches_direct_computation():
     out = policy_loss(logp, behavior, adv, mask)
     r = torch.exp(logp.detach() - behavior)
     tau = torch.where(adv[:, None] > 0, 1.0, 1.05).expand_as(r)
-    alpha = aggregation_weights(mask, "per_response")
+    alpha = weights_by_hand(mask, "per_response")
     unclipped = (alpha * adv[:, None].abs() * r)[mask]
     kept = (alpha * adv[:, None].abs() * update_coefficient(r, tau))[mask]
     assert out.stats["signal_removed_frac"] == pytest.approx(float(1 - kept.sum() / unclipped.sum()), rel=1e-10)
@@ -291,7 +301,7 @@ def test_property_finite_and_closed_form(batch, tokens, scale, seed, level, aggr
         tau = torch.where(adv[:, None] > 0, 1.0, 1.05).double().expand_as(z)
         coef = torch.exp(z + torch.log(gate_weight(torch.exp(z), tau).clamp(min=1e-300)))
         coef = torch.where(gate_weight(torch.exp(z), tau) == 0, torch.zeros_like(coef), coef)
-        expected = -aggregation_weights(mask, aggregation) * adv[:, None].double() * coef
+        expected = -weights_by_hand(mask, aggregation) * adv[:, None].double() * coef
         tol = 1e-5 if use_float32 else 1e-10
         assert torch.allclose(grad.double(), expected, rtol=tol, atol=tol * 1e-3)
 
