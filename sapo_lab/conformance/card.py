@@ -130,9 +130,12 @@ class ReportCard:
                    finding_level=d.get("finding_level", "function"))
 
     def to_text(self, details: bool = False, notes: tuple = ()) -> str:
-        """The card for a terminal: the verdict, one line per difference, the notes (the card's, then ``notes``),
-        the level; every row with ``details``. No line is wider than WIDTH."""
+        """The card for a terminal: the verdict, the precision it was measured at when the loss's own is narrower,
+        one line per difference, the notes (the card's, then ``notes``), the level; every row with ``details``.
+        No line is wider than WIDTH."""
         lines = [self.verdict_line()]
+        if self.meta.get("precision"):  # right under the verdict: it is what the verdict was measured at
+            lines += wrap(self.meta["precision"], "    ", "  note: ")
         for r in self.differences():
             lines += wrap(r.line(), "    ", "  - ")
         for note in [r.summary for r in self.notes()] + list(notes):
@@ -154,6 +157,7 @@ class ReportCard:
             return str(s).replace("|", "\\|").replace("\n", " ")
 
         lines = [f"### SAPO conformance: {cell(self.name)}", "", f"**{self.verdict_line()}**", ""]
+        lines += [f"- note: {cell(self.meta['precision'])}"] if self.meta.get("precision") else []
         lines += [f"- {cell(r.line())}" for r in self.differences()]
         lines += [f"- note: {cell(r.summary)}" for r in self.notes()]
         lines += ["", f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}; findings: "

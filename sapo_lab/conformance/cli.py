@@ -6,13 +6,10 @@ one line per difference; ``--details`` prints every check, ``--json`` the card a
 Exit status: 0 conforms, 1 differs, 2 a usage error or a loss that cannot be audited (one line
 on stderr).
 
-Before the audit, the command line makes sure the loss can be audited at all (a finite value and
-a gradient in ``logp`` on the plainest batch) and at which precision it computes: a loss that
-rounds its float64 inputs to float32 is audited in float32, where its rounding is no difference.
-After it, the card's measured numbers are read for the causes a user needs named first (a ratio
-clamp with its thresholds, a gate on log r, tau chosen by the side of r = 1, a 2/tau prefactor),
-and the value-versus-gradient check is told apart from a kink of a hard clamp and from a
-surrogate whose gradient is the paper's.
+The audit itself (:func:`sapo_lab.conformance.audit`) refuses a loss it cannot audit (no finite
+value or no gradient in ``logp`` on the plainest batch), audits a loss that computes in a
+narrower dtype at that precision, and names the causes; this module loads the target, reports
+progress, enforces ``--timeout`` and prints the card.
 """
 
 from __future__ import annotations
@@ -214,263 +211,6 @@ def _alarm(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-# ---- before the audit: can the loss be audited, and in which precision does it compute? ----
-
-PLAIN_LOG_RATIOS, PLAIN_ADVANTAGES = ([[0.25, -0.5], [0.5]], [1.0, -1.0])  # the batch check_adapter calls first
-# Ratios within 3 % of 1, inside any clamp a SAPO loss would carry, so that every token has a gradient to watch.
-NEAR_ONE_LOG_RATIOS = [[2.0**-6, -(2.0**-6)], [2.0**-5]]
-# A relative change of every log-prob that the dtype rounds away and every wider one keeps: a loss whose value
-# and gradient do not move under it computes in that dtype (or a narrower one), whatever dtype it returns.
-BELOW_RESOLUTION = {"float32": 2.0**-27, "float16": 2.0**-14, "bfloat16": 2.0**-10}
-NARROWER = {"float64": ("float32", "float16", "bfloat16"), "float32": ("float16", "bfloat16")}
-
-
-def _probe(fn, batch, dtype):
-    """(value, gradient in logp, whether the value is attached to logp's graph), or None if the loss raised."""
-    import torch
-
-    logp = batch.logp.to(dtype).requires_grad_(True)
-    try:
-        out = fn(logp, batch.old.to(dtype), batch.adv.to(dtype), batch.mask)
-        value = out.detach().double().reshape(())
-        attached = out.requires_grad
-        grad = torch.autograd.grad(out.reshape(()), logp, allow_unused=True)[0] if attached else None
-    except Exception:  # the audit's own rows report what raises; this probe only looks for the plainest facts
-        return None
-    grad = torch.zeros_like(batch.logp) if grad is None else grad.detach().double()
-    return value, grad, attached
-
-
-def _scaled(batch, factor):
-    from .probes import Batch
-
-    return Batch(batch.logp * factor, batch.old * factor, batch.adv, batch.mask)
-
-
-def preflight(fn, dtype_name: str | None) -> tuple[str, str]:
-    """The dtype to audit at and a note, or ConformanceUsageError when the loss cannot be audited.
-
-    ``dtype_name`` None means float64 unless the loss computes in a narrower precision.
-    """
-    import torch
-
-    from .probes import DTYPES, make_batch
-
-    asked = dtype_name or "float64"
-    dtype = DTYPES[asked]
-    plain = make_batch(PLAIN_LOG_RATIOS, PLAIN_ADVANTAGES, 2)
-    on_policy = make_batch([[0.0] * len(z) for z in PLAIN_LOG_RATIOS], PLAIN_ADVANTAGES, 2)
-    first, at_one = _probe(fn, plain, dtype), _probe(fn, on_policy, dtype)
-    where = "on the plainest batch (log r 0.25, -0.5 and 0.5, A = +1 and -1)"
-    for probe, batch in ((first, plain), (at_one, on_policy)):
-        if probe is None:
-            continue
-        value, grad, _ = probe
-        tokens = grad[batch.mask]
-        if not math.isfinite(float(value)) or not bool(torch.isfinite(tokens).all()):
-            bad = int((~torch.isfinite(tokens)).sum())
-            raise ConformanceUsageError(
-                f"the loss is not finite {where if batch is plain else 'at r = 1'}: value {float(value)}, "
-                f"{bad} of {tokens.numel()} token gradients non-finite; nothing can be audited until it is")
-    if at_one is not None and float(at_one[1].abs().max()) == 0.0:
-        if not at_one[2]:
-            raise ConformanceUsageError(
-                "no gradient reaches logp: the loss is not attached to logp's graph (computed under torch.no_grad(), "
-                "or from logp.detach()), so training would not move the policy")
-        if first is not None and float(first[1].abs().max()) == 0.0:
-            raise ConformanceUsageError(
-                "the gradient in logp is exactly 0 (SAPO's is -A r w(r) / L): logp cancels out of the loss, e.g. "
-                "old_logp taken from logp without detach, so that r = exp(logp - logp) = 1 carries no gradient")
-        raise ConformanceUsageError(
-            "the gradient in logp is exactly 0 at r = 1, where SAPO's is -A / L for every tau: the audit measures "
-            "every property against that on-policy gradient and cannot proceed")
-    narrower = None
-    near = make_batch(NEAR_ONE_LOG_RATIOS, PLAIN_ADVANTAGES, 2)
-    reference = _probe(fn, near, dtype) if NARROWER.get(asked) else None
-    if reference is not None and bool((reference[1][near.mask] != 0).all()):  # no gradient held at 0 by a clamp
-        control = _probe(fn, make_batch([[2 * z for z in zs] for zs in NEAR_ONE_LOG_RATIOS], PLAIN_ADVANTAGES, 2),
-                         dtype)  # log ratios doubled: a change every dtype keeps
-        if control is None or (torch.equal(control[0], reference[0]) and torch.equal(control[1], reference[1])):
-            return asked, ""  # the outputs do not follow the inputs at all (r held at 1): no evidence either way
-        for name in NARROWER[asked]:
-            moved = _probe(fn, _scaled(near, 1.0 + BELOW_RESOLUTION[name]), dtype)
-            if moved is None or not (torch.equal(moved[0], reference[0]) and torch.equal(moved[1], reference[1])):
-                break
-            narrower = name
-    if narrower is None:
-        return asked, ""
-    evidence = (f"its value and gradient do not move when every {asked} log-prob changes by a relative "
-                f"{BELOW_RESOLUTION[narrower]:.2g}, which {narrower} rounds away")
-    if dtype_name is not None:
-        raise ConformanceUsageError(
-            f"the loss computes in {narrower} ({evidence}): a {asked} audit would report {narrower} rounding as "
-            f"differences; rerun with --dtype {narrower}")
-    return narrower, (f"the loss computes in {narrower} ({evidence}): audited in {narrower} (--dtype {narrower}), "
-                      f"where its rounding is no difference")
-
-
-# ---- after the audit: causes named from the card's numbers ----
-
-def _near(measured, expected, tol: float) -> bool:
-    import torch
-
-    return bool(torch.isfinite(measured).all()) and float((measured - expected).abs().max()) <= tol * max(
-        1.0, float(expected.abs().max()))
-
-
-def _shape_values(card):
-    """Per sign of A: (ratios, measured g(r)/g(1), tau) from the gate-shape row, when it measured both."""
-    import torch
-
-    from .names import GATE_SHAPE
-
-    values = card.row(GATE_SHAPE).values
-    out = {}
-    for label, tau in (("A > 0", card.tau_pos), ("A < 0", card.tau_neg)):
-        v = values.get(label) if isinstance(values, dict) else None
-        if not v or "ratios" not in v:
-            return {}
-        out[label] = (torch.tensor(v["ratios"], dtype=torch.float64),
-                      torch.tensor([float(x) for x in v["measured"]], dtype=torch.float64), tau)
-    return out
-
-
-def _clamp_cause(card, shape, tol: float) -> str:
-    """A clamp of r (or log r) with its thresholds, from the extreme-ratio row's bisection, when the gradient is the
-    paper's inside the clamp and exactly 0 outside."""
-    from .names import EXTREME
-    from .probes import update_coefficient
-
-    ext = card.row(EXTREME).values
-    sides = {}
-    for label in ("A > 0", "A < 0"):
-        for side in ("lower", "upper"):
-            v = ext.get(label, {}).get(side) if isinstance(ext, dict) else None
-            if v and v.get("kind") == "zero" and not v.get("harmless"):
-                sides.setdefault((side, round(float(v["threshold"]), 4)), []).append(label)
-    if not sides:
-        return ""
-    for r, rho, tau in shape.values():
-        paper = update_coefficient(r, tau) / update_coefficient(r[:1], tau)
-        inside = rho != 0
-        if not _near(rho[inside], paper[inside], tol):
-            return ""
-    parts = []
-    for (side, z), labels in sorted(sides.items(), key=lambda kv: kv[0][1]):
-        word = "below" if side == "lower" else "above"
-        parts.append(f"{word} r = {math.exp(z):.4g} (log r {z:+.4f}) for {' and '.join(labels)}")
-    return "a clamp of the ratio (of r or log r): gradient 0 " + "; ".join(parts)
-
-
-def _gate_cause(shape, card, tol: float) -> str:
-    """A gate on log r, or tau chosen by the side of r = 1, when one of them reproduces the measured shape."""
-    import torch
-
-    from .probes import update_coefficient
-
-    if not shape:
-        return ""
-    log_gate = all(_near(rho, 1.0 / torch.cosh(tau * torch.log(r) / 2) ** 2, tol) for r, rho, tau in shape.values())
-    if log_gate:
-        return ("the gate is on log r, sigmoid(tau log r), not on r - 1: its gradient sech^2(tau log r / 2) lacks "
-                "the paper's factor r")
-
-    def by_side(r):
-        side_tau = torch.where(r > 1, torch.tensor(card.tau_pos, dtype=torch.float64),
-                               torch.tensor(card.tau_neg, dtype=torch.float64))
-        return update_coefficient(r, side_tau)
-
-    if card.tau_pos != card.tau_neg and all(_near(rho, by_side(r), tol) for r, rho, _ in shape.values()):
-        return ("tau chosen by the side of r = 1 (tau_pos where r > 1, tau_neg where r < 1), not by the sign of A "
-                f"(tau_pos = {card.tau_pos:g} for A > 0, tau_neg = {card.tau_neg:g} for A <= 0)")
-    return ""
-
-
-def _kink_probe(fn, dtype, step: float):
-    """Central, forward and backward differences of the value on the closed-form probe, and autograd's gradient."""
-    import torch
-
-    from .gradient import CLOSED_FORM_ADVANTAGES, CLOSED_FORM_LOG_RATIOS
-    from .probes import Batch, call, make_batch
-
-    batch = make_batch([list(z) for z in CLOSED_FORM_LOG_RATIOS], list(CLOSED_FORM_ADVANTAGES))
-    base = call(fn, batch, dtype)
-    if base.error or not math.isfinite(base.value):
-        return None
-    fwd, bwd = torch.zeros_like(batch.logp), torch.zeros_like(batch.logp)
-    for i, t in zip(*torch.nonzero(batch.mask, as_tuple=True), strict=True):
-        vals = []
-        for sign in (1.0, -1.0):
-            shifted = batch.logp.clone()
-            shifted[i, t] += sign * step
-            m = call(fn, Batch(shifted, batch.old, batch.adv, batch.mask), dtype, grad=False)
-            if m.error or not math.isfinite(m.value):
-                return None
-            vals.append(m.value)
-        fwd[i, t], bwd[i, t] = (vals[0] - base.value) / step, (base.value - vals[1]) / step
-    return batch, base, fwd, bwd
-
-
-def _kink_reading(card, fn, tol) -> str:
-    """When the value-vs-gradient check failed only where the value has a kink (a hard clamp's threshold), the text
-    that check should say; else ''."""
-    import torch
-
-    from .probes import DTYPES
-
-    probe = _kink_probe(fn, DTYPES[card.dtype], tol.fd_step)
-    if probe is None:
-        return ""
-    batch, base, fwd, bwd = probe
-    grad = torch.where(batch.mask, base.grad, torch.zeros_like(base.grad))
-    scale = float(grad.abs().max()) or 1.0
-    kink = batch.mask & ((fwd - bwd).abs() > 0.05 * scale)
-    if not bool(kink.any()):
-        return ""
-    smooth = batch.mask & ~kink
-    central = (fwd + bwd) / 2
-    if bool(smooth.any()) and float((central - grad)[smooth].abs().max()) > tol.fd * scale:
-        return ""
-    # at a kink autograd takes one side's slope: far closer to it than the jump between the two sides
-    one_side = torch.minimum((grad - fwd).abs(), (grad - bwd).abs()) <= 0.1 * (fwd - bwd).abs()
-    if not bool(one_side[kink].all()):
-        return ""
-    z = sorted({round(float(base.log_ratio[i, t]), 4) for i, t in zip(*torch.nonzero(kink, as_tuple=True),
-                                                                      strict=True)})
-    return (f"matches the applied gradient except at {int(kink.sum())} token(s) on a kink of the value (log r = "
-            f"{', '.join(f'{x:+g}' for x in z)}: a hard clamp's threshold), where autograd takes one side's slope")
-
-
-def explain(card, fn) -> None:
-    """Name, in the card's own rows, the causes its numbers show (see the module's docstring)."""
-    from .names import FINITE_DIFFERENCES, GATE_SHAPE, GRADIENT, ON_POLICY
-    from .probes import DTYPES, TOLERANCES
-
-    tol = TOLERANCES[DTYPES[card.dtype]]
-    hint_tol = max(20 * tol.grad, 1e-6)  # a cause is a reading of measured ratios: float32-held taus included
-    on_policy, shape_row, fd, grad = (card.row(p) for p in (ON_POLICY, GATE_SHAPE, FINITE_DIFFERENCES, GRADIENT))
-    k = (on_policy.values.get("factor_pos"), on_policy.values.get("factor_neg"))
-    if on_policy.verdict == "differs" and all(isinstance(x, float) and abs(x - 0.5) <= hint_tol for x in k):
-        on_policy.summary = (f"on-policy gradient factor {k[0]:.4g} / {k[1]:.4g} instead of 1: a 2/tau prefactor "
-                             "where the paper has 4/tau (or the loss halved)")
-    if shape_row.verdict == "differs":
-        shape = _shape_values(card)
-        cause = _clamp_cause(card, shape, hint_tol) or _gate_cause(shape, card, hint_tol)
-        if cause:
-            shape_row.summary = f"gradient shape: {cause}"
-    if fd.verdict == "differs":
-        kink = _kink_reading(card, fn, tol)
-        if kink:
-            fd.verdict, fd.measured, fd.summary = "pass", kink, ""
-            fd.detail = (fd.detail.split(";")[0] + "; forward and backward differences disagree only at the kink, "
-                         "and elsewhere the central difference is the applied gradient")
-        elif all(card.row(p).verdict == "pass" for p in (GRADIENT, ON_POLICY, GATE_SHAPE)):
-            fd.verdict = "info"
-            fd.summary = (f"gradient-equivalent: the applied gradient is the paper's (per-token {grad.measured}), "
-                          f"but the value is not its objective, a detached weight (the value's derivative is off by "
-                          f"{fd.measured}): training follows the paper; a logged loss value is not SAPO's")
-
-
 # ---- the command ----
 
 def _check_flags(args) -> None:
@@ -494,26 +234,19 @@ def run_conformance(args) -> int:
     _check_flags(args)
     updates = getattr(args, "updates_per_rollout", None)
     loss_fn = load_target(args.target)
-    from .engine import AdapterError, audit, check_adapter  # torch is imported here, not for --help
-    from .probes import DTYPES
+    from .engine import AdapterError, audit  # torch is imported here, not for --help
 
     watched = WatchedLoss(loss_fn, getattr(args, "timeout", None), getattr(args, "progress", False))
     try:
         with _alarm(watched.timeout):
-            dtype = getattr(args, "dtype", None)
-            check_adapter(watched, DTYPES[dtype or "float64"])
-            dtype, precision_note = preflight(watched, dtype)
             card = audit(watched, name=args.name or args.target, tau_pos=args.tau_pos, tau_neg=args.tau_neg,
-                         dtype=dtype, level=args.level, meta={"updates_per_rollout": updates})
-            explain(card, watched)
+                         dtype=getattr(args, "dtype", None), level=args.level, meta={"updates_per_rollout": updates})
     except AdapterError as exc:
         raise ConformanceUsageError(str(exc)) from None
     except AuditTimeout:
         raise ConformanceUsageError(watched.timeout_message()) from None
     if watched.progress:
         watched.say(f"done: {watched.calls} calls in {watched.elapsed():.1f} s")
-    if precision_note:
-        card.meta["precision"] = precision_note
     json_path = getattr(args, "json", None)
     for path, text in ((None if json_path == "-" else json_path, card.to_json), (args.markdown, card.to_markdown)):
         if path:
@@ -526,12 +259,6 @@ def run_conformance(args) -> int:
         print(card.to_json())
     else:
         notes = (ON_POLICY_NOTE,) if updates == 1 else ()
-        text = card.to_text(details=getattr(args, "details", False), notes=notes)
-        if precision_note:  # said right under the verdict: it is what the verdict was measured at
-            from .card import wrap
-
-            verdict, rest = text.split("\n", 1)
-            text = "\n".join([verdict, *wrap(precision_note, "    ", "  note: "), rest])
-        print(text, end="")
+        print(card.to_text(details=getattr(args, "details", False), notes=notes), end="")
     return 0 if card.passed else 1
 

@@ -41,12 +41,14 @@ class Context:
     level: str
     # Filled in by earlier checks: the aggregation whose weights later checks use (the
     # paper's until identified), the measured on-policy factors, and whether the gate's
-    # shape matched (the extreme-ratio check compares values only if it did).
+    # shape and the on-policy factors matched (the extreme-ratio check compares values only if
+    # the shape did; a value that is not the objective of a right gradient is told as such).
     family: str = PAPER_AGGREGATION
     family_note: str = ""
     k_pos: float = 1.0
     k_neg: float = 1.0
     shape_ok: bool = True
+    on_policy_ok: bool = True
     # float32 when the loss holds its temperatures in float32 (found by the temperature fit): its
     # arithmetic then carries float32 rounding, so later checks use float32's tolerances.
     held_dtype: torch.dtype | None = None

@@ -29,18 +29,15 @@ from .context import (
     ZERO_ADVANTAGE,
     Context,
 )
-from .extreme import extreme_row
+from .extreme import clamp_cause, extreme_row
 from .gradient import closed_form_rows, on_policy_rows, shape_rows
 from .names import FINDING_LEVELS
+from .preflight import PLAIN_ADVANTAGES, PLAIN_LOG_RATIOS, AdapterError, preflight
 from .probes import DTYPES, TOLERANCES, call, make_batch
 from .structure import aggregation_row, empty_rows, level_row, zero_advantage_row
 
 LEVELS = ("token", "sequence")
 ADAPTER_ARGS = "(logp, old_logp, advantages, mask)"
-
-
-class AdapterError(ValueError):
-    """The callable cannot be audited at all: wrong signature, or it does not return a scalar tensor."""
 
 
 def _callable_name(fn) -> str:
@@ -66,14 +63,14 @@ def check_adapter(loss_fn, dtype=torch.float64, device=None) -> None:
             sig.bind(None, None, None, None)
         except TypeError:
             raise AdapterError(f"{name} must accept {ADAPTER_ARGS}; its signature is {sig}") from None
-    m = call(loss_fn, make_batch([[0.25, -0.5], [0.5]], [1.0, -1.0], 2), dtype, device)
+    m = call(loss_fn, make_batch(PLAIN_LOG_RATIOS, PLAIN_ADVANTAGES, 2), dtype, device)
     if m.error and m.error.startswith("returned"):
         raise AdapterError(f"{name} {m.error}")
     if m.error:
         raise AdapterError(f"calling {name}{ADAPTER_ARGS} on a plain batch raised {m.error}")
 
 
-def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.05, dtype=torch.float64, *,
+def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.05, dtype=None, *,
           level: str = "token", device=None, meta: dict | None = None,
           finding_level: str = "function") -> ReportCard:
     """Audit ``loss_fn(logp, old_logp, advantages, mask) -> scalar`` against SAPO as the paper defines it.
@@ -81,19 +78,22 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     ``logp``/``old_logp``: (B, T) per-token log-probs (``logp`` requires grad); ``advantages``:
     (B,), one per response; ``mask``: (B, T) bool. ``tau_pos``/``tau_neg``: the temperatures the
     loss was configured with. ``dtype``: the precision of the probes (a torch dtype or its
-    name; tolerances follow it). ``level``: "token" (the paper) or "sequence" when auditing a
+    name; tolerances follow it); None audits in float64, or in the narrower precision the loss
+    computes in, said in ``card.meta["precision"]``. ``level``: "token" (the paper) or "sequence" when auditing a
     sequence-level variant. ``device``: where the probe tensors live. ``meta``: stored on the
     card as given (framework version, settings). ``finding_level``: "function" when the loss is
     called with the audit's arguments as they are, "training" when an adapter calls it as the
-    framework's trainer does. Raises AdapterError when the callable cannot be called that way or
-    raises on the plainest batch; every other failure becomes a row with verdict "error".
+    framework's trainer does. Raises AdapterError when the callable cannot be called that way,
+    raises or is not finite on the plainest batch, puts no gradient into ``logp``, or computes
+    in a narrower dtype than the one asked for (:mod:`.preflight`); every other failure becomes
+    a row with verdict "error".
     """
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-        dtype = DTYPES[dtype]
-    if dtype not in TOLERANCES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype}")
+    if isinstance(dtype, torch.dtype):
+        if dtype not in TOLERANCES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype}")
+        dtype = next(k for k, v in DTYPES.items() if v == dtype)
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     for label, tau in (("tau_pos", tau_pos), ("tau_neg", tau_neg)):
         if not (isinstance(tau, int | float) and math.isfinite(tau) and tau > 0):
             raise ValueError(f"{label} must be a finite number > 0, got {tau!r}")
@@ -101,7 +101,9 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     if finding_level not in FINDING_LEVELS:
         raise ValueError(f"finding_level must be one of {tuple(FINDING_LEVELS)}, got {finding_level!r}")
-    check_adapter(loss_fn, dtype, device)
+    check_adapter(loss_fn, DTYPES[dtype or "float64"], device)
+    dtype_name, precision = preflight(loss_fn, dtype, device)
+    dtype = DTYPES[dtype_name]
 
     ctx = Context(loss_fn, float(tau_pos), float(tau_neg), dtype, device, level)
     rows = {AGGREGATION: aggregation_row(ctx)}  # first: later checks use its weights
@@ -111,12 +113,15 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     rows[GRADIENT], rows[FINITE_DIFFERENCES], rows[PADDING], rows[OLD_LOGP] = closed_form_rows(ctx)
     rows[LEVEL] = level_row(ctx)
     rows[EXTREME] = extreme_row(ctx)
+    clamp = clamp_cause(rows[GATE_SHAPE], rows[EXTREME], float(tau_pos), float(tau_neg), ctx.tol)
+    if clamp:  # the shape's cause, now that the extreme ratios located the clamp's thresholds
+        rows[GATE_SHAPE].summary = f"gradient shape: {clamp}"
     rows[ZERO_ADVANTAGE] = zero_advantage_row(ctx)
     rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
 
     from .._version import __version__
 
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
-    dtype_name = next(k for k, v in DTYPES.items() if v == dtype)
+    meta = {**(meta or {}), **({"precision": precision} if precision else {})}
     return ReportCard(name, float(tau_pos), float(tau_neg), dtype_name, level, [rows[p] for p in ROW_ORDER],
-                      versions, dict(meta or {}), finding_level)
+                      versions, meta, finding_level)

@@ -152,3 +152,39 @@ def extreme_row(ctx: Context) -> Row:
                         summaries.items())
     return Row(EXTREME, expected, "; ".join(findings + [f"credited: {c}" for c in credited]), "differs", detail,
                values, f"extreme log-ratios: {summary}")
+
+
+def _near(measured: torch.Tensor, expected: torch.Tensor, tol: float) -> bool:
+    return bool(torch.isfinite(measured).all()) and float((measured - expected).abs().max()) <= tol * max(
+        1.0, float(expected.abs().max()))
+
+
+def clamp_cause(shape: Row, extreme: Row, tau_pos: float, tau_neg: float, tol) -> str:
+    """A clamp of r (or log r) with its thresholds, read from the extreme-ratio row's bisection, when the gate-shape
+    row's measured gradient is the paper's inside the clamp and exactly 0 outside; else ''."""
+    hint_tol = max(20 * tol.grad, 1e-6)  # a reading of measured ratios: temperatures held in float32 included
+    values = extreme.values if isinstance(extreme.values, dict) else {}
+    sides = {}
+    for label in ("A > 0", "A < 0"):
+        for side in ("lower", "upper"):
+            v = values.get(label, {}).get(side) if isinstance(values.get(label), dict) else None
+            if v and v.get("kind") == "zero" and not v.get("harmless"):
+                sides.setdefault((side, round(float(v["threshold"]), 4)), []).append(label)
+    measured = shape.values if isinstance(shape.values, dict) else {}
+    if not sides or shape.verdict != "differs":
+        return ""
+    for label, tau in (("A > 0", tau_pos), ("A < 0", tau_neg)):
+        v = measured.get(label)
+        if not v or "ratios" not in v:
+            return ""
+        r = torch.tensor(v["ratios"], dtype=torch.float64)
+        rho = torch.tensor([float(x) for x in v["measured"]], dtype=torch.float64)
+        paper = update_coefficient(r, tau) / update_coefficient(r[:1], tau)
+        inside = rho != 0
+        if not _near(rho[inside], paper[inside], hint_tol):
+            return ""
+    parts = []
+    for (side, z), labels in sorted(sides.items(), key=lambda kv: kv[0][1]):
+        word = "below" if side == "lower" else "above"
+        parts.append(f"{word} r = {math.exp(z):.4g} (log r {z:+.4f}) for {' and '.join(labels)}")
+    return "a clamp of the ratio (of r or log r): gradient 0 " + "; ".join(parts)

@@ -24,7 +24,15 @@ from .context import (
     fmt,
     verdict,
 )
-from .probes import expected_gradient, finite_differences, make_batch, relative_error, single_tokens, update_coefficient
+from .probes import (
+    Batch,
+    expected_gradient,
+    finite_differences,
+    make_batch,
+    relative_error,
+    single_tokens,
+    update_coefficient,
+)
 
 # Moderate log ratios for the gate's shape; the temperature is fitted only where |r - 1| >= 0.4,
 # because near r = 1 the gate is 1 - tau^2 (r-1)^2 / 4 and says little about tau.
@@ -58,6 +66,7 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
     ctx.k_pos, ctx.k_neg = sum(pos) / len(pos), sum(neg) / len(neg)
     tol = ctx.tol.grad
     ok = all(math.isfinite(f) and abs(f - 1.0) <= tol for f in factors)
+    ctx.on_policy_ok = ok
     measured = f"factor {fmt(ctx.k_pos)} (A > 0), {fmt(ctx.k_neg)} (A < 0)"
     notes = []
     for label, fs in (("A > 0", pos), ("A < 0", neg)):
@@ -76,6 +85,8 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
                          "shrinks by tau/4 and differs between the signs")
         elif near(ctx.k_pos, 0.25) and near(ctx.k_neg, 0.25):
             cause = "a factor 4 is missing (or the loss is / 4)"
+        elif near(ctx.k_pos, 0.5) and near(ctx.k_neg, 0.5):
+            cause = "a 2/tau prefactor where the paper has 4/tau (or the loss halved)"
         elif near(ctx.k_pos, 2 / ctx.tau_pos) and near(ctx.k_neg, 2 / ctx.tau_neg):
             cause = "2/tau = f(1), the surrogate's value, not its slope"
         elif near(ctx.k_pos, -1.0) and near(ctx.k_neg, -1.0):
@@ -189,6 +200,15 @@ def _shape_cause(ctx: Context, r: torch.Tensor, rho: torch.Tensor, tau: float) -
         return "g(r) is f(r), the surrogate's value, not its slope r f'(r) (a detached gate times log p)"
     if relative_error(rho, r) <= tol:
         return "g(r) = r, no gate at all (the unclipped ratio objective)"
+    hint = max(20 * ctx.tol.grad, 1e-6)  # a reading of measured ratios: temperatures held in float32 included
+    if relative_error(rho, 1.0 / torch.cosh(tau * torch.log(r) / 2) ** 2) <= hint:
+        return ("the gate is on log r, sigmoid(tau log r), not on r - 1: its gradient sech^2(tau log r / 2) lacks "
+                "the paper's factor r")
+    by_side = torch.where(r > 1, torch.tensor(ctx.tau_pos, dtype=torch.float64),
+                          torch.tensor(ctx.tau_neg, dtype=torch.float64))
+    if ctx.tau_pos != ctx.tau_neg and relative_error(rho, update_coefficient(r, by_side)) <= hint:
+        return ("tau chosen by the side of r = 1 (tau_pos where r > 1, tau_neg where r < 1), not by the sign of A "
+                f"(tau_pos = {ctx.tau_pos:g} for A > 0, tau_neg = {ctx.tau_neg:g} for A <= 0)")
     return ""
 
 
@@ -336,7 +356,7 @@ def closed_form_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
                         verdict(err <= ctx.tol.grad), note, {"max_rel_error": err},
                         "" if err <= ctx.tol.grad else
                         f"per-token gradient differs from -A r w(r) alpha: max rel. error {err:.3g}"))
-        rows.append(_fd_row(ctx, batch, expected, m.grad, exp_grad))
+        rows.append(_fd_row(ctx, batch, expected, m.grad, rows[0]))
         pad = m.grad[~valid]
         pad_ok = bool((pad == 0).all())
         rows.append(Row(PADDING, "gradient exactly 0 on masked tokens",
@@ -369,8 +389,58 @@ def _old_logp_row(ctx: Context, batch) -> Row:
                "this loss does not detach it")
 
 
-def _fd_row(ctx: Context, batch, expected, autograd, exp_grad) -> Row:
-    """The value's derivative (central differences) against the gradient autograd applies: they must agree."""
+def _kink_probe(ctx: Context, batch, step: float):
+    """The value, autograd's gradient, and forward and backward differences of the value, on ``batch``."""
+    base = ctx.call(batch)
+    if base.error or not math.isfinite(base.value):
+        return None
+    fwd, bwd = torch.zeros_like(batch.logp), torch.zeros_like(batch.logp)
+    for i, t in zip(*torch.nonzero(batch.mask, as_tuple=True), strict=True):
+        vals = []
+        for sign in (1.0, -1.0):
+            shifted = batch.logp.clone()
+            shifted[i, t] += sign * step
+            m = ctx.call(Batch(shifted, batch.old, batch.adv, batch.mask), grad=False)
+            if m.error or not math.isfinite(m.value):
+                return None
+            vals.append(m.value)
+        fwd[i, t], bwd[i, t] = (vals[0] - base.value) / step, (base.value - vals[1]) / step
+    return base, fwd, bwd
+
+
+def _kink_reading(ctx: Context, batch) -> str:
+    """When the value-vs-gradient check fails only where the value has a kink (a hard clamp's threshold), what that
+    check should say; else ''."""
+    probe = _kink_probe(ctx, batch, ctx.tol.fd_step)
+    if probe is None:
+        return ""
+    base, fwd, bwd = probe
+    grad = torch.where(batch.mask, base.grad, torch.zeros_like(base.grad))
+    scale = float(grad.abs().max()) or 1.0
+    kink = batch.mask & ((fwd - bwd).abs() > 0.05 * scale)
+    if not bool(kink.any()):
+        return ""
+    smooth = batch.mask & ~kink
+    central = (fwd + bwd) / 2
+    if bool(smooth.any()) and float((central - grad)[smooth].abs().max()) > ctx.tol.fd * scale:
+        return ""
+    # at a kink autograd takes one side's slope: far closer to it than the jump between the two sides
+    one_side = torch.minimum((grad - fwd).abs(), (grad - bwd).abs()) <= 0.1 * (fwd - bwd).abs()
+    if not bool(one_side[kink].all()):
+        return ""
+    log_ratio = base.log_ratio.detach()
+    z = sorted({round(float(log_ratio[i, t]), 4) for i, t in zip(*torch.nonzero(kink, as_tuple=True), strict=True)})
+    return (f"matches the applied gradient except at {int(kink.sum())} token(s) on a kink of the value (log r = "
+            f"{', '.join(f'{x:+g}' for x in z)}: a hard clamp's threshold), where autograd takes one side's slope")
+
+
+def _fd_row(ctx: Context, batch, expected, autograd, gradient_row: Row) -> Row:
+    """The value's derivative (central differences) against the gradient autograd applies: they must agree.
+
+    Two readings replace a disagreement: a kink of the value (a hard clamp's threshold, where autograd takes one
+    side's slope and a central difference averages both) passes; a value whose applied gradient is the paper's
+    (gradient, on-policy factor and gate shape all conform) is a gradient-equivalent surrogate, told as a note.
+    """
     tol = ctx.tol
     fd_expected = "finite differences of the value equal the applied (autograd) gradient"
     if tol.fd is None:
@@ -383,11 +453,22 @@ def _fd_row(ctx: Context, batch, expected, autograd, exp_grad) -> Row:
     vs_auto = relative_error(fd, autograd)
     ok = vs_auto <= tol.fd
     detail = f"step {tol.fd_step:g} in log p; finite differences vs the closed form: rel. error {err:.3g}"
-    summary = ""
+    summary, measured, row_verdict = "", f"rel. error {vs_auto:.3g}", verdict(ok)
     if not ok:
-        detail += ("; the value is not the function whose derivative is applied: part of the loss is detached "
-                   "from its value")
-        summary = (f"the value's derivative differs from the applied gradient (rel. error {vs_auto:.3g}): "
-                   "a detached weight")
-    return Row(FINITE_DIFFERENCES, fd_expected + f" (rel. error <= {tol.fd:g})", f"rel. error {vs_auto:.3g}",
-               verdict(ok), detail, {"max_rel_error": err, "vs_autograd": vs_auto}, summary)
+        kink = _kink_reading(ctx, batch)
+        if kink:
+            row_verdict, measured = "pass", kink
+            detail += ("; forward and backward differences disagree only at the kink, and elsewhere the central "
+                       "difference is the applied gradient")
+        elif gradient_row.verdict == "pass" and ctx.on_policy_ok and ctx.shape_ok:
+            row_verdict = "info"
+            summary = (f"gradient-equivalent: the applied gradient is the paper's (per-token {gradient_row.measured}"
+                       f"), but the value is not its objective, a detached weight (the value's derivative is off by "
+                       f"{measured}): training follows the paper; a logged loss value is not SAPO's")
+        else:
+            detail += ("; the value is not the function whose derivative is applied: part of the loss is detached "
+                       "from its value")
+            summary = (f"the value's derivative differs from the applied gradient (rel. error {vs_auto:.3g}): "
+                       "a detached weight")
+    return Row(FINITE_DIFFERENCES, fd_expected + f" (rel. error <= {tol.fd:g})", measured,
+               row_verdict, detail, {"max_rel_error": err, "vs_autograd": vs_auto}, summary)

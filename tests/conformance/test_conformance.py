@@ -13,8 +13,9 @@ its docstring). Gradient through old_logp is a caller contract, noted, not a dif
 * gate shape: gate on r instead of r - 1; exp(logp) used as the ratio; w(r) r without
   stop-gradient (mistakes.product_without_stop_gradient); behaviour log-probs recomputed from
   the current policy (mistakes.behavior_recomputed_from_current);
-* value vs gradient: a detached weight with the wrong value (-sg(A w) r); the fully detached
-  weight (mistakes.fully_detached_weight);
+* value vs gradient: a detached weight whose gradient is not the paper's; a detached weight with
+  the wrong value (-sg(A w) r) and the fully detached weight (mistakes.fully_detached_weight)
+  apply the paper's gradient, so they conform as gradient-equivalent surrogates, said in a note;
 * aggregation: token pool; divide by the longest response; sum; per-response sum; divide by
   the padded length (mistakes.average_over_padding);
 * level: sequence-level ratio where token level was asked; at sequence level, the arithmetic
@@ -178,6 +179,14 @@ def detached_weight_wrong_value(logp, old, adv, mask):
     return per_response_mean(-(adv[:, None] * w).detach() * r, mask)
 
 
+def detached_weight_wrong_gradient(logp, old, adv, mask):
+    """-sg(A w_2tau(r)) r: a detached weight whose gradient is not the paper's either (twice each tau)."""
+    r = ratio(logp, old)
+    tau = 2 * tau_by_advantage(adv, r)
+    w = 4 * torch.sigmoid(tau * (r - 1)) * torch.sigmoid(-tau * (r - 1))
+    return per_response_mean(-(adv[:, None] * w).detach() * r, mask)
+
+
 def token_pool(logp, old, adv, mask):
     """One mean over every token in the batch."""
     m = mask.to(logp.dtype)
@@ -329,8 +338,8 @@ WRONG = {
                                       [GATE_SHAPE], None),
     "behaviour from current policy": (_from_mistakes(mistakes.behavior_recomputed_from_current), "token",
                                       [GATE_SHAPE], None),
-    "detached weight, wrong value": (detached_weight_wrong_value, "token", [FINITE_DIFFERENCES], None),
-    "fully detached weight": (_from_mistakes(mistakes.fully_detached_weight), "token", [FINITE_DIFFERENCES], None),
+    "detached weight, wrong gradient": (detached_weight_wrong_gradient, "token", [FINITE_DIFFERENCES, GATE_SHAPE],
+                                        lambda c: "a detached weight" in c.row(FINITE_DIFFERENCES).summary),
     "token pool": (token_pool, "token", [AGGREGATION],
                    lambda c: c.row(AGGREGATION).values["aggregation"] == "token_pool"),
     "divide by longest": (divided_by_longest, "token", [AGGREGATION],
@@ -362,10 +371,30 @@ WRONG = {
 }
 
 
+# Surrogates that apply the paper's gradient though their value is not its objective: training follows the
+# paper, so the card conforms and says so in a note.
+GRADIENT_EQUIVALENT = {
+    "detached weight, wrong value": detached_weight_wrong_value,
+    "fully detached weight": _from_mistakes(mistakes.fully_detached_weight),
+}
+
+
 def test_every_mistake_in_sapo_lab_mistakes_is_audited():
     """A mistake added to sapo_lab.objective.planted_mistakes without a case here would go unchecked."""
     audited = {getattr(impl, "func", impl) for impl, *_ in WRONG.values()}
+    audited |= {getattr(impl, "func", impl) for impl in GRADIENT_EQUIVALENT.values()}
     assert set(mistakes.WRONG_IMPLEMENTATIONS.values()) <= audited
+
+
+@pytest.mark.parametrize("name", list(GRADIENT_EQUIVALENT))
+def test_a_gradient_equivalent_surrogate_conforms_with_a_note(name):
+    """Catches DIFFERS for a loss that trains exactly as the paper's (the value's derivative is not the applied
+    gradient, but the applied gradient is right), and a silent CONFORMS that hides that its value is not SAPO's."""
+    card = audit(GRADIENT_EQUIVALENT[name], name=name, tau_pos=TAU_POS, tau_neg=TAU_NEG)
+    fd = card.row(FINITE_DIFFERENCES)
+    assert card.passed and fd.verdict == "info", card.to_text()
+    assert fd.values["vs_autograd"] > 1e-3  # the value really is not the objective: the note is not decoration
+    assert fd.summary.startswith("gradient-equivalent: the applied gradient is the paper's") and fd in card.notes()
 
 
 @pytest.mark.parametrize("name", list(WRONG))

@@ -293,3 +293,28 @@ def test_timeout_interrupts_a_single_call_that_hangs(user_dir, capsys):
 def test_timeout_must_be_positive(value, user_dir, capsys):
     err = _one_line_exit_2(*_run(["user_losses:paper", "--timeout", value], capsys))
     assert "--timeout must be a finite number of seconds > 0" in err
+
+
+# ---- the same answers from audit() itself ----
+
+def test_audit_itself_refuses_detects_and_names_as_the_command_does(user_dir):
+    """The framework runner and the book call audit() directly: catches these readings living only in the command
+    line, where a direct audit() call would still crash on a loss without gradient, read NaN or float32 rounding as
+    differences, and say "one constant scale" for 2/tau."""
+    import user_losses
+
+    from sapo_lab.conformance import FINITE_DIFFERENCES, GATE_SHAPE, ON_POLICY, AdapterError, audit
+
+    for name, words in (("under_no_grad", "no gradient reaches logp"), ("nan_everywhere", "not finite on the plainest"),
+                        ("old_logp_is_logp", "logp cancels out of the loss")):
+        with pytest.raises(AdapterError, match=words):
+            audit(getattr(user_losses, name))
+    card = audit(user_losses.in_float32)
+    assert card.dtype == "float32" and "computes in float32" in card.meta["precision"], card.meta
+    with pytest.raises(AdapterError, match="rerun with --dtype float32"):
+        audit(user_losses.in_float32, dtype="float64")
+    assert "a 2/tau prefactor" in audit(user_losses.two_over_tau).row(ON_POLICY).summary
+    assert "the gate is on log r" in audit(user_losses.gate_on_log_ratio).row(GATE_SHAPE).summary
+    clamp = audit(user_losses.hard_clamp)
+    assert clamp.row(FINITE_DIFFERENCES).verdict == "pass" and "a clamp of the ratio" in clamp.row(GATE_SHAPE).summary
+    assert audit(user_losses.gradient_only).row(FINITE_DIFFERENCES).verdict == "info"
