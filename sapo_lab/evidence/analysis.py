@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ..runs.identity import run_identity
+from .endpoints import SELECTION_FIELDS
 from .paired import compare, distinct, holm, trajectory_key
 from .results import Run, Study
 
@@ -39,7 +40,8 @@ DIVERGED_SCORES = {"final_pass1": 0.0, "final_dev_pass1": 0.0}
 
 
 def endpoint_value(run: Run, metric: str) -> float:
-    """``metric`` of a run: a ``study_record.json`` field, or a selection's eval (``best_dev_eval_pass1``...).
+    """``metric`` of a run: a ``study_record.json`` field, or a selection's eval (``best_dev_eval_pass1``...);
+    the names are :mod:`sapo_lab.evidence.endpoints`' table.
 
     A diverged run scores :data:`DIVERGED_SCORES` on the final endpoints; it has no selected checkpoints.
     """
@@ -48,7 +50,7 @@ def endpoint_value(run: Run, metric: str) -> float:
     if metric in run.record and run.record[metric] is not None:
         return float(run.record[metric])
     for sel in run.record.get("selections", []):
-        for field in ("eval_pass1", "dev_pass1", "step"):
+        for field in SELECTION_FIELDS:
             if metric == f"{sel['by']}_{field}":
                 value = sel.get("eval", {}).get("weighted", {}).get("pass1") if field == "eval_pass1" else sel.get(field)
                 if value is not None:
@@ -111,15 +113,7 @@ def primary_results(study: Study) -> list[dict]:
         cmp, status = paired(test["method"], test["reference"], test.get("cell"))
         results.append({**test, "status": status, "comparison": cmp, "p": cmp.t_p if cmp else None})
     for arm in plan.get("tuning", []):
-        chosen, missing = {}, 0
-        for name, methods in arm["arms"].items():
-            means = {}
-            for m in methods:
-                runs = study.select(m)
-                missing += declared - len(runs)
-                if runs:
-                    means[m] = sum(endpoint_value(r, arm["tune_on"]) for r in runs) / len(runs)
-            chosen[name] = max(means, key=means.get) if means else None
+        chosen, missing = choose_tuned(study, arm["arms"], arm["tune_on"], declared)
         first, second = list(arm["arms"])
         entry = {**arm, "chosen": chosen, "status": f"pending: {missing} runs of the arms unfinished",
                  "comparison": None, "p": None}
@@ -129,6 +123,24 @@ def primary_results(study: Study) -> list[dict]:
         results.append(entry)
     adjust_families(results, alpha)
     return results
+
+
+def choose_tuned(study: Study, arms: dict, tune_on: str, declared: int) -> tuple[dict, int]:
+    """Each arm's chosen method, the one with the best seed-mean ``tune_on`` (ties: the first declared), and how
+    many of the arms' declared runs are unfinished (``(chosen, missing)``; an arm with no finished run chooses None).
+
+    The one tuning rule, for a declared tuning arm here and a tuned contrast (:mod:`sapo_lab.evidence.contrasts`).
+    """
+    chosen, missing = {}, 0
+    for name, methods in arms.items():
+        means = {}
+        for m in methods:
+            runs = study.select(m)
+            missing += declared - len(runs)
+            if runs:
+                means[m] = sum(endpoint_value(r, tune_on) for r in runs) / len(runs)
+        chosen[name] = max(means, key=means.get) if means else None  # max keeps the first of equal means
+    return chosen, missing
 
 
 def adjust_families(results: list[dict], alpha: float) -> None:

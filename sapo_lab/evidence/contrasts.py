@@ -26,7 +26,16 @@ from __future__ import annotations
 import copy
 import math
 
-from .analysis import adjust_families, endpoint_value, pairing_key, pairs_in_study, primary_results, run_config
+from .analysis import (
+    adjust_families,
+    choose_tuned,
+    endpoint_value,
+    pairing_key,
+    pairs_in_study,
+    primary_results,
+    run_config,
+)
+from .endpoints import TESTS, check_name, endpoint_names
 from .paired import compare
 from .results import Study
 
@@ -46,8 +55,7 @@ def check_contrasts(contrasts, study: dict, taken_ids: set) -> None:
         where = f"analysis contrast {c['id']}"
         if c["kind"] not in KINDS:
             raise ValueError(f"{where}: kind must be one of {KINDS}, got {c['kind']!r}")
-        if c["test"] != "paired_t":
-            raise ValueError(f"{where}: test must be 'paired_t', got {c['test']!r}")
+        check_name(c["test"], TESTS, f"{where}: test")
         if c.get("family") is not None and c["family"] in test_families:
             raise ValueError(f"{where}: family {c['family']!r} is also a family of 'tests'; Holm runs within one list")
         if c["id"] in ids:
@@ -71,6 +79,7 @@ def check_contrasts(contrasts, study: dict, taken_ids: set) -> None:
                 raise ValueError(f"{where}: two arms with the same number of methods")
             if not isinstance(c.get("tune_on"), str):
                 raise ValueError(f"{where}: 'tune_on' must name the column the settings are chosen on")
+            check_name(c["tune_on"], endpoint_names(study["selection"]), f"{where}: tune_on")
             differ = c.get("differ_in")
             if not isinstance(differ, list) or not all(isinstance(k, str) and "." in k for k in differ):
                 raise ValueError(f"{where}: 'differ_in' must list dotted config keys (e.g. 'optimization.learning_rate')")
@@ -130,15 +139,7 @@ def _trend(study: Study, c: dict, metric: str, alpha: float, declared: int) -> d
 
 
 def _tuned(study: Study, c: dict, metric: str, alpha: float, declared: int) -> dict:
-    chosen, missing = {}, 0
-    for name, methods in c["arms"].items():
-        means = {}
-        for m in methods:
-            runs = study.select(m)
-            missing += declared - len(runs)
-            if runs:
-                means[m] = sum(endpoint_value(r, c["tune_on"]) for r in runs) / len(runs)
-        chosen[name] = max(means, key=means.get) if means else None  # max keeps the first of equal means
+    chosen, missing = choose_tuned(study, c["arms"], c["tune_on"], declared)
     if missing:
         return {"chosen": chosen, "status": f"pending: {missing} runs of the arms unfinished"}
     first, second = (chosen[a] for a in c["arms"])

@@ -19,8 +19,8 @@
 
 The ``analysis`` block declares how the study is read: ``declared`` ("before running", or
 "post hoc" for a plan written after the results), ``declared_utc``, the primary ``endpoint``
-(``metric``: a column of ``summary.csv``; ``checkpoint``; ``evaluation``: the protocol in
-words), ``alpha``, the primary ``tests`` (each ``{"id", "question", "method", "reference",
+(``metric``: a name of :mod:`sapo_lab.evidence.endpoints`' table, checked here; ``checkpoint``;
+``evaluation``: the protocol in words), ``alpha``, the primary ``tests`` (each ``{"id", "question", "method", "reference",
 "cell", "test", "family"?}``: ``method - reference`` at matched seeds in the grid ``cell``;
 tests sharing a ``family`` are Holm-adjusted together), optional ``tuning`` arms (each
 ``{"id", "question", "arms": {NAME: [methods]}, "tune_on", "test"}``: per arm, the method
@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 
 from ..evidence.contrasts import check_contrasts
+from ..evidence.endpoints import TESTS, check_name, endpoint_names
 from ..runs.json_object import read_json_object
 from ..runs.kernels import kernel_setting_env
 from ..runs.metric_names import canonical
@@ -66,7 +67,6 @@ STUDY_KEYS = {
 }
 ANALYSIS_KEYS = {"declared", "declared_utc", "endpoint", "alpha", "tests", "tuning", "contrasts", "exploratory"}
 DECLARED = ("before running", "post hoc")
-TESTS = ("paired_t",)
 BUDGET_KEYS = {"max_steps": "optimization.max_steps", "max_train_time_s": "max_train_time_s"}
 COLLAPSE_KINDS = ("drop_from_best", "below", "above")
 
@@ -139,6 +139,8 @@ def _check_analysis(plan, study: dict) -> None:
     endpoint = plan["endpoint"]
     if not isinstance(endpoint, dict) or set(endpoint) != {"metric", "checkpoint", "evaluation"}:
         raise ValueError("analysis 'endpoint' must give exactly 'metric', 'checkpoint' and 'evaluation'")
+    endpoints = endpoint_names(study["selection"])  # the names sapo_lab.evidence.endpoints allows this study
+    check_name(endpoint["metric"], endpoints, "analysis endpoint metric")
     if not isinstance(plan["alpha"], float) or not 0 < plan["alpha"] < 1:
         raise ValueError(f"analysis 'alpha' must be a number in (0, 1), got {plan['alpha']!r}")
     methods = set(study["methods"])
@@ -150,8 +152,7 @@ def _check_analysis(plan, study: dict) -> None:
         for side in ("method", "reference"):
             if t[side] not in methods:
                 raise ValueError(f"analysis test {t['id']}: {side} {t[side]!r} is not a method of the study")
-        if t["test"] not in TESTS:
-            raise ValueError(f"analysis test {t['id']}: test must be one of {TESTS}, got {t['test']!r}")
+        check_name(t["test"], TESTS, f"analysis test {t['id']}: test")
         if set(t.get("cell", {})) - grid_leaves:
             raise ValueError(f"analysis test {t['id']}: cell key {sorted(set(t['cell']) - grid_leaves)[0]!r} is not a grid key")
         ids.add(t["id"])
@@ -160,6 +161,8 @@ def _check_analysis(plan, study: dict) -> None:
             raise ValueError(f"analysis tuning {arm!r} needs 'id', 'question', 'arms', 'tune_on' and 'test'")
         if len(arm["arms"]) != 2 or len({len(v) for v in arm["arms"].values()}) != 1:
             raise ValueError(f"analysis tuning {arm['id']}: two arms with the same number of configurations")
+        check_name(arm["tune_on"], endpoints, f"analysis tuning {arm['id']}: tune_on")
+        check_name(arm["test"], TESTS, f"analysis tuning {arm['id']}: test")
         for name in (m for v in arm["arms"].values() for m in v):
             if name not in methods:
                 raise ValueError(f"analysis tuning {arm['id']}: {name!r} is not a method of the study")

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from sapo_lab.evidence.analysis import cold_start_means, matched_pairs, pairs_in_study, primary_results
+from sapo_lab.evidence.analysis import cold_start_means, endpoint_value, matched_pairs, pairs_in_study, primary_results
+from sapo_lab.evidence.endpoints import RECORD_ENDPOINTS, SELECTION_FIELDS, endpoint_names
 from sapo_lab.evidence.results import load_study
 from sapo_lab.studies.runner import run_study
 from sapo_lab.studies.spec import load_declaration
@@ -62,7 +63,7 @@ def test_analysis_block_is_checked(tmp_path):
         ({**PLAN, "alpha": 5}, "alpha"),
         ({**PLAN, "endpoint": {"metric": "final_pass1"}}, "endpoint"),
         ({**PLAN, "tests": [{**PLAN["tests"][0], "method": "nope"}]}, "not a method"),
-        ({**PLAN, "tests": [{**PLAN["tests"][0], "test": "welch"}]}, "test must be"),
+        ({**PLAN, "tests": [{**PLAN["tests"][0], "test": "welch"}]}, "test 'welch' is not a name"),
         ({**PLAN, "tests": [{**PLAN["tests"][0], "cell": {"learning_rate": 1}}]}, "not a grid key"),
         ({**PLAN, "tests": PLAN["tests"][:1] * 2}, "unique"),
         ({**PLAN, "tuning": [{**PLAN["tuning"][0], "arms": {"sapo": ["sapo"], "grpo": ["grpo", "grpo_e1"]}}]}, "same number"),
@@ -71,6 +72,47 @@ def test_analysis_block_is_checked(tmp_path):
     for plan, message in bad:
         with pytest.raises(ValueError, match=message):
             load_declaration(_write(tmp_path, "bad", _declaration(analysis=plan)))
+
+
+TUNED_CONTRAST = {"id": "L", "question": "?", "kind": "tuned", "test": "paired_t", "tune_on": "final_dev_pass1",
+                  "arms": {"sapo": ["sapo", "sapo_x2"], "grpo": ["grpo", "grpo_e1"]},
+                  "differ_in": ["optimization.learning_rate"]}
+
+
+@pytest.mark.parametrize("plan, selection, wrong, nearest", [
+    ({**PLAN, "endpoint": {**PLAN["endpoint"], "metric": "final_pas1"}}, None, "final_pas1", "final_pass1"),
+    ({**PLAN, "tuning": [{**PLAN["tuning"][0], "tune_on": "final_dev_pas1"}]}, None, "final_dev_pas1", "final_dev_pass1"),
+    ({**PLAN, "tests": [{**PLAN["tests"][0], "test": "paired-t"}]}, None, "paired-t", "paired_t"),
+    ({**PLAN, "tuning": [{**PLAN["tuning"][0], "test": "paired"}]}, None, "paired", "paired_t"),
+    ({**PLAN, "contrasts": [{**TUNED_CONTRAST, "tune_on": "final_devpass1"}]}, None, "final_devpass1", "final_dev_pass1"),
+    ({**PLAN, "contrasts": [{**TUNED_CONTRAST, "test": "paired_tt"}]}, None, "paired_tt", "paired_t"),
+    # a checkpoint the study does not select: best_dev's endpoints exist only where best_dev is declared
+    ({**PLAN, "endpoint": {**PLAN["endpoint"], "metric": "best_dev_eval_pass1"}}, [{"by": "final"}],
+     "best_dev_eval_pass1", "final_eval_pass1"),
+])
+def test_a_misspelt_endpoint_is_refused_at_declaration(tmp_path, plan, selection, wrong, nearest):
+    """Catches a free-string endpoint, tuning key or test accepted when the study is declared and failing only
+    when its results are read (hours later): one line, naming the nearest name this study can use."""
+    extra = {"selection": selection} if selection else {}
+    with pytest.raises(ValueError) as refused:
+        load_declaration(_write(tmp_path, "typo", _declaration(analysis=plan, **extra)))
+    message = str(refused.value)
+    assert f"{wrong!r} is not a name this study can use; did you mean {nearest!r}?" in message
+    assert "\n" not in message
+
+
+def test_every_name_in_the_table_is_read_from_a_run():
+    """Catches the vocabulary and the reader drifting apart: a name the declaration accepts that
+    endpoint_value cannot read back from a finished run's record."""
+    rules = [{"by": "best_dev"}, {"by": "final"}, {"by": "step", "value": 50}]
+    selections = [{"by": r["by"], "step": 7, "dev_pass1": 0.5, "eval": {"weighted": {"pass1": 0.25}}} for r in rules]
+    record = {**{name: 1.0 for name in RECORD_ENDPOINTS}, "selections": selections}
+    run = type("Run", (), {"record": record, "run_id": "r"})()
+    names = endpoint_names(rules)
+    assert len(names) == len(RECORD_ENDPOINTS) + len(rules) * len(SELECTION_FIELDS)
+    assert {name: endpoint_value(run, name) for name in names if name.endswith("eval_pass1")} == {
+        "best_dev_eval_pass1": 0.25, "final_eval_pass1": 0.25, "step_eval_pass1": 0.25}
+    assert all(isinstance(endpoint_value(run, name), float) for name in names)
 
 
 def _fake_run(root, study, method, seed, final, dev, loss_type, metrics_seed=None, **loss):
