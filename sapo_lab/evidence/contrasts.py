@@ -151,6 +151,16 @@ def _tuned(study: Study, c: dict, metric: str, alpha: float, declared: int) -> d
     return {"chosen": chosen, "status": "complete", "comparison": cmp, "p": cmp.t_p}
 
 
+def tuned_contrast(study: Study, contrast: dict, metric: str | None = None) -> dict:
+    """A ``tuned`` contrast computed on ``study``'s runs (``chosen``, ``status``, ``comparison``, ``p``).
+
+    ``contrast`` may be a declared one or one with its arms moved (the same rule at another M);
+    ``metric`` is the endpoint compared (default: the declared one), the choice is always on ``tune_on``.
+    """
+    plan = study.declaration["analysis"]
+    return _tuned(study, contrast, metric or plan["endpoint"]["metric"], plan["alpha"], len(study.declaration["seeds"]))
+
+
 def contrast_results(study: Study) -> list[dict]:
     """The study's declared contrasts, in order: each with ``status``, ``comparison``, ``p``, ``p_adjusted``, ``reject``."""
     plan = study.declaration.get("analysis") or {}

@@ -99,11 +99,16 @@ def _declared_pairs(study: Study) -> set[tuple[str, str]]:
     return pairs
 
 
-def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = None) -> list[Cell]:
-    """Every SAPO setting against GRPO at its learning rate and M, in declaration order."""
+def map_cells(study: Study | None = None, settings: dict[str, Setting] | None = None,
+              metric: str | None = None) -> list[Cell]:
+    """Every SAPO setting against GRPO at its learning rate and M, in declaration order.
+
+    ``metric`` is what each cell compares (default: the declared endpoint; ``best_dev_eval_pass1``
+    reads the best-dev checkpoint instead).
+    """
     study = study if study is not None else load_study(STUDY)
     settings = settings if settings is not None else method_settings(study)
-    metric = study.declaration["analysis"]["endpoint"]["metric"]
+    metric = metric or study.declaration["analysis"]["endpoint"]["metric"]
     alpha = study.declaration["analysis"]["alpha"]
     declared = len(study.declaration["seeds"])
     asked = _declared_pairs(study)

@@ -1,0 +1,171 @@
+"""The decision table and its sentences: every declared answer said, each verdict from its interval, each claim
+within the cells it names (planted rows and cells change the sentence that would overreach)."""
+
+from dataclasses import replace
+
+import pytest
+
+from sapo_lab.evidence import decision
+from sapo_lab.evidence.confirmatory import interval_text
+from sapo_lab.evidence.decision import Evidence, Row, reading, unsaid_answers
+from sapo_lab.evidence.gate_map import Cell, Setting
+from sapo_lab.evidence.paired import compare
+
+BELOW = [-0.1 + 0.01 * i for i in range(10)]  # mean -0.055, interval below zero
+NEAR = [0.004 if i % 2 else -0.002 for i in range(10)]  # mean +0.001, interval holds zero
+SEEDS = tuple(range(20, 30))
+
+
+def _cmp(gaps):
+    return compare({s: (0.5 + g, 0.5) for s, g in zip(SEEDS, gaps, strict=True)}, "sapo", "grpo")
+
+
+def _row(row_id, gaps, m=8, *, study="gate_map", declared=True, family=None, reject=None, tau=1.0, rule="shared",
+         rates=(2e-4, 2e-4), **extra):
+    cmp = _cmp(gaps)
+    if reject is None:
+        reject = cmp.t_p < 0.05
+    return Row(id=row_id, study=study, task="addition", tau_pos=tau, staleness=(m,) if isinstance(m, int) else m,
+               rates=rates, rate_rule=rule, checkpoint=extra.pop("checkpoint", "final"), comparison=cmp,
+               declared=declared, family=family, p_adjusted=cmp.t_p, reject=reject, seeds=SEEDS, **extra)
+
+
+def _cell(lr, m, gaps, tau=1.0):
+    s = Setting(f"sapo_{lr}_{m}_{tau}", "sapo", tau, tau * 1.05, lr, m)
+    g = Setting(f"grpo_{lr}_{m}", "grpo", 1.0, 1.05, lr, m)
+    return Cell(s, g, 10, 10, False, _cmp(gaps))
+
+
+def _evidence(**override):
+    rows = {
+        "Q1": replace(_row("Q1", BELOW, study="confirm_addition"), seeds=tuple(range(10, 20))),
+        "G4a": _row("G4a", NEAR, 2, family="staleness", reject=False),
+        "G4b": _row("G4b", BELOW, 4, family="staleness"),
+        "G4c": _row("G4c", BELOW, 8, family="staleness", reject=False, replicates="Q1"),
+        "G3": _row("G3", NEAR, 8, rule="dev", rates=(1e-4, 1e-4)),
+        "G3 at best dev": _row("G3 at best dev", [g + 0.002 for g in NEAR], 8, rule="dev", rates=(1e-4, 1e-4), declared=False,
+                               checkpoint="best dev"),
+        "G5": _row("G5", BELOW, (2, 4, 8, 16), kind="slope"),
+        "slope at lr 5e-5": _row("slope at lr 5e-5", NEAR, (2, 4, 8, 16), declared=False, kind="slope",
+                                 rates=(5e-5, 5e-5)),
+    }
+    rows.update(override)
+    cells = [_cell(5e-5, m, NEAR) for m in (2, 4, 8, 16)] + [_cell(2e-4, m, BELOW) for m in (2, 4, 8, 16)]
+    declared = {r.id: interval_text(r.comparison) for r in rows.values() if r.declared}
+    return Evidence(list(rows.values()), cells, {}, "a planted toy", declared)
+
+
+# ---------------------------------------------------------------- each verdict: a known-correct and a known-wrong case
+
+
+def test_a_family_member_below_before_holm_only_says_so():
+    late = _row("G4c", BELOW, family="staleness", reject=False)
+    assert reading(late) == "declared: below zero before adjustment, not after"
+    # known-wrong: the same interval with the family's adjustment passed must not carry the qualifier
+    kept = replace(late, reject=True)
+    assert reading(kept) == "declared: below zero, at the declared level"
+
+
+def test_an_interval_holding_zero_is_no_difference_whatever_the_mean():
+    assert reading(_row("G4a", NEAR, 2, family="staleness", reject=False)) == "declared: holds zero"
+    # a mean below zero with an interval across it is still "holds zero", never "below"
+    wide = _row("G4a", [-0.2, 0.15, -0.1, 0.12, -0.2, 0.1, -0.05, 0.02, -0.1, 0.1], 2, family="staleness")
+    assert wide.comparison.mean < 0 and reading(wide) == "declared: holds zero"
+
+
+def test_an_exploratory_reading_never_claims_the_declared_level():
+    row = _row("G3 at best dev", BELOW, declared=False)
+    assert reading(row) == "exploratory: below zero"  # a cell read alone is not a declared answer
+
+
+def test_a_fresh_seed_repeat_says_when_it_missed_the_original_level():
+    original = replace(_row("Q1", BELOW, study="confirm_addition"), seeds=tuple(range(10, 20)))
+    repeat = _row("G4c", BELOW, family="staleness", reject=False, replicates="Q1")
+    assert "the fresh-seed repeat did not" in reading(repeat, original)
+    # known-wrong: a repeat that did reach the level must not be reported as missing it
+    assert "did not" not in reading(replace(repeat, reject=True), original)
+    text = decision.decision_sentences(_evidence())
+    assert "G4c repeats Q1's runs exactly on fresh seeds (20–29 for 10–19) and did not reach the level" in text
+    reached = decision.decision_sentences(_evidence(G4c=replace(repeat, reject=True)))
+    assert "and reached the level of the original" in reached
+
+
+# ---------------------------------------------------------------- every declared answer said
+
+
+def test_every_declared_answer_appears_and_an_omitted_one_is_named():
+    ev = _evidence()
+    text = decision.decision(ev)
+    assert unsaid_answers(text, ev.declared) == []
+    # known-wrong: a text without G4b, one naming G4b beside another answer's interval, an id inside a longer one
+    assert unsaid_answers(text.replace("G4b", "G4x"), ev.declared) == ["G4b"]
+    assert unsaid_answers("G4b: −0.001 [−0.002, +0.000].", {"G4b": "−0.055 [−0.077, −0.033]"}) == ["G4b"]
+    assert unsaid_answers("G4bb: −0.055 [−0.077, −0.033].", {"G4b": "−0.055 [−0.077, −0.033]"}) == ["G4b"]
+
+
+def test_the_decision_refuses_a_text_that_leaves_a_declared_answer_out():
+    ev = _evidence()
+    dropped = replace(ev, rows=[r for r in ev.rows if r.id != "G3"])  # G3 declared, its row lost
+    with pytest.raises(ValueError, match="unsaid: G3"):
+        decision.decision(dropped)
+
+
+# ---------------------------------------------------------------- claims within their scope
+
+
+def test_a_planted_cell_at_the_smallest_rate_changes_the_near_tie_claim():
+    ev = _evidence()
+    before = decision.decision_sentences(ev)
+    assert "within ±0.001 (exploratory: 0 above zero, 0 below, 4 holding zero)" in before
+    planted = replace(ev, cells=[*ev.cells[:3], _cell(5e-5, 16, BELOW), *ev.cells[4:]])
+    after = decision.decision_sentences(planted)
+    assert "within ±0.055 (exploratory: 0 above zero, 1 below, 3 holding zero)" in after
+
+
+def test_a_planted_gap_at_m2_moves_m2_from_tied_to_trailed():
+    before = decision.decision_sentences(_evidence())
+    assert "no detectable difference at M = 2" in before and "SAPO trailed at M = 4 and 8 (" in before
+    after = decision.decision_sentences(_evidence(G4a=_row("G4a", BELOW, 2, family="staleness")))
+    assert "no detectable difference at M = 2" not in after and "SAPO trailed at M = 2, 4 and 8 (" in after
+
+
+def test_the_trend_claim_names_its_rate_and_the_rates_where_it_fails():
+    text = decision.decision_sentences(_evidence())
+    assert "The gap grew with M at lr 2e-4 over M = 2 to 16 (G5:" in text
+    assert "no trend was detected at lr 5e-5 over M = 2 to 16" in text
+    # a slope at 5e-5 that does fall is not listed among the flat ones
+    falling = _row("slope at lr 5e-5", BELOW, (2, 4, 8, 16), declared=False, kind="slope", rates=(5e-5, 5e-5))
+    assert "no trend was detected" not in decision.decision_sentences(_evidence(**{"slope at lr 5e-5": falling}))
+
+
+def test_the_instability_reading_needs_the_flags_and_a_tuned_gap_near_zero():
+    tuned16 = _row("G3's rule at M = 16", NEAR, 16, rule="dev", rates=(5e-5, 1e-4), declared=False)
+    g4d = _row("G4d", BELOW, 16, family="staleness")
+    flags = {(2e-4, 16): {"sapo": (6, 10), "grpo": (0, 10)}}
+    ev = replace(_evidence(G4d=g4d, tuned16=tuned16), collapse=flags)
+    assert "most of M = 16's gap goes with SAPO's instability" in decision.decision_sentences(ev)
+    # known-wrong: the tuned comparison at M = 16 still below zero, or no more SAPO flags than GRPO's
+    still = replace(ev, rows=[replace(r, comparison=_cmp(BELOW)) if r.id == tuned16.id else r for r in ev.rows])
+    assert "instability" not in decision.decision_sentences(still)
+    even = replace(ev, collapse={(2e-4, 16): {"sapo": (0, 10), "grpo": (0, 10)}})
+    assert "instability" not in decision.decision_sentences(even)
+
+
+# ---------------------------------------------------------------- the committed studies
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return decision.evidence()
+
+
+def test_the_committed_decision_says_every_declared_answer(committed):
+    text = decision.decision(committed)
+    assert set(committed.declared) >= {"Q1", "Q2", "Q3a", "Q3b", "Q3c", "Q4", "G1", "G2", "G3", "G4a", "G4b",
+                                           "G4c", "G4d", "G5"}
+    assert unsaid_answers(text, committed.declared) == []
+
+
+def test_the_committed_repeat_is_found_from_the_configs(committed):
+    # G4c's runs are Q1's with other seeds; no other map answer repeats a confirmatory one
+    assert {r.id: r.replicates for r in committed.rows if r.replicates} == {"G4c": "Q1"}
