@@ -52,36 +52,57 @@ def _staleness(results: dict, test_id: str) -> int:
     return run_config(study.runs[0])["optimization"]["steps_per_generation"]
 
 
+def _learning_rate(results: dict, test_id: str) -> float:
+    study = load_study(results[test_id]["study"])
+    return run_config(study.runs[0])["optimization"]["learning_rate"]
+
+
+def rate_text(value: float) -> str:
+    """A learning rate as the declarations write it: ``2e-4`` for 0.0002."""
+    exponent = math.floor(math.log10(value))
+    return f"{value / 10**exponent:g}e{exponent}"
+
+
+def _shared_rate(results: dict) -> str:
+    """The learning rate the confirmatory studies shared, or each study's when they differ."""
+    rates = {_learning_rate(results, q) for q in ("Q1", "Q2")}
+    return " and ".join(rate_text(r) for r in sorted(rates))
+
+
 def headline_sentence(results: dict | None = None) -> str:
-    """The finding in one sentence (README, landing page, Chapter 16's closing)."""
+    """The finding in one sentence (README, landing page, Chapter 16's closing), scoped to the M and the
+    learning rate its runs trained at."""
     results = results if results is not None else confirmatory_results()
     q1, q2, q4 = _complete(results, "Q1", "Q2", "Q4")
     if not (q1.t_interval[1] < 0 and q2.t_interval[1] < 0 and q4.t_interval[1] < 0):
         raise ValueError("the headline states SAPO below GRPO; a confirmatory interval now reaches zero: rewrite it")
     n = len(q1.differences)
     return (
-        "In two studies declared before they ran, SAPO finished below GRPO in held-out Pass@1 when minibatches "
-        f"were stale (a 1M-parameter GPT-2, {n} paired seeds, 95% t intervals): by {interval_text(q1)} on "
-        f"two-digit addition and {interval_text(q2)} on scratchpad addition, and tuning each method's own "
-        f"stability setting with an equal budget left the gap at {interval_text(q4)}."
+        "In two studies declared before they ran, SAPO finished below GRPO in held-out Pass@1 at the staleness "
+        f"and the learning rate ({_shared_rate(results)}, shared) each declared (a 1M-parameter GPT-2, {n} paired "
+        f"seeds, 95% t intervals): by {interval_text(q1)} on two-digit addition at M = {_staleness(results, 'Q1')} "
+        f"and {interval_text(q2)} on scratchpad addition at M = {_staleness(results, 'Q2')}, and tuning each "
+        f"method's own stability setting with an equal budget left the gap at {interval_text(q4)}."
     )
 
 
 def answer_sentences(results: dict | None = None) -> str:
-    """Chapter 16's answer: three sentences, each number from the declared tests."""
+    """Chapter 16's confirmatory answer: three sentences, each number from the declared tests, each claim
+    scoped to the M and the learning rate its runs trained at."""
     results = results if results is not None else confirmatory_results()
     q1, q2, q4 = _complete(results, "Q1", "Q2", "Q4")
     chosen = results["Q4"]["chosen"]
     n = len(q1.differences)
+    m1, m2 = _staleness(results, "Q1"), _staleness(results, "Q2")
     return (
-        f"At toy scale, SAPO trains worse models than GRPO when each rollout batch is split into stale "
-        f"minibatches: over {n} fresh paired seeds, SAPO − GRPO in final held-out Pass@1 is "
-        f"{interval_text(q1)} on two-digit addition ($M={_staleness(results, 'Q1')}$) and {interval_text(q2)} "
-        f"on scratchpad addition ($M={_staleness(results, 'Q2')}$) (mean and 95% t interval). "
+        f"At the one learning rate both methods shared ({_shared_rate(results)}) and the staleness each study "
+        f"declared, SAPO finished below GRPO: over {n} fresh paired seeds, SAPO − GRPO in final held-out Pass@1 "
+        f"is {interval_text(q1)} on two-digit addition ($M={m1}$) and {interval_text(q2)} on scratchpad addition "
+        f"($M={m2}$) (mean and 95% t interval). "
         f"Giving each method three settings of its own stability parameter, chosen on dev data, does not close "
-        f"the gap: tuned SAPO (`{chosen['sapo']}`) − tuned GRPO (`{chosen['grpo']}`) is {interval_text(q4)}. "
-        "This is a statement about a 1M-parameter GPT-2 on digit arithmetic at one shared learning rate, "
-        "not about large models."
+        f"the gap there: tuned SAPO (`{chosen['sapo']}`) − tuned GRPO (`{chosen['grpo']}`) is {interval_text(q4)}. "
+        f"This is a statement about a 1M-parameter GPT-2 on digit arithmetic at $M={m1}$ and $M={m2}$ and one "
+        "shared learning rate, not about other staleness, other learning rates or large models."
     )
 
 

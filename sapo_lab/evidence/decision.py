@@ -17,12 +17,12 @@ The functions below :func:`evidence` are pure: tests give them planted rows and 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 
 from ..runs.identity import run_identity
 from .confirmatory import CONFIRMATORY, confirmatory_results, interval_text
+from .confirmatory import rate_text as _rate
 from .gate_map import STUDY, Cell, Setting, declared_answers, map_cells, method_settings, side_of_zero
 from .paired import PairedComparison
 from .results import Study, load_study
@@ -73,13 +73,6 @@ class Row:
         """``2e-4`` for a shared rate, ``SAPO 1e-4, GRPO 1e-4`` for rates chosen per method."""
         sapo, grpo = self.rates
         return _rate(sapo) if self.rate_rule == "shared" else f"SAPO {_rate(sapo)}, GRPO {_rate(grpo)}"
-
-
-def _rate(value: float) -> str:
-    """``2e-4`` for 0.0002: the form the declarations use."""
-    exponent = math.floor(math.log10(value))
-    mantissa = value / 10**exponent
-    return f"{mantissa:g}e{exponent}"
 
 
 def reading(row: Row, original: Row | None = None) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..half_width import sapo_half_width
 from .analysis import endpoint_value, pairs_in_study
-from .confirmatory import interval_text
+from .confirmatory import interval_text, rate_text
 from .contrasts import contrast_results, declared_results
 from .paired import PairedComparison, compare
 from .results import Study, load_study
@@ -287,10 +287,15 @@ def plain_answer(study: Study | None = None, settings: dict[str, Setting] | None
             for p in trend["points"]}
     flat = [m for m, a in by_m.items() if side_of_zero(a["comparison"]) == 0]
     kept = [m for m, a in by_m.items() if a["reject"] is True]
+    late = [m for m, a in by_m.items() if side_of_zero(a["comparison"]) != 0 and a["reject"] is False]
     moved = TREND_SIDES[sides[trend["id"]]]
-    second = (f"{moved[0].upper() + moved[1:]} ({trend['id']}: {interval_text(trend['comparison'])} "
-              f"per doubling of M)"
+    point = settings[trend["points"][0]["method"]]
+    ms = sorted(by_m)
+    second = (f"{moved[0].upper() + moved[1:]} at lr {rate_text(point.learning_rate)} and τ {point.tau_pos:g}, over M = "
+              f"{ms[0]} to {ms[-1]} ({trend['id']}: {interval_text(trend['comparison'])} per doubling of M)"
               + (f"; at M = {', '.join(map(str, flat))} no difference was detected" if flat else "")
+              + (f"; at M = {', '.join(map(str, late))} the gap lies on one side of zero before Holm's "
+                 "adjustment, not after" if late else "")
               + (f", and at M = {', '.join(map(str, kept))} the gap reaches the declared level after Holm's "
                  "adjustment" if kept else "") + ".")
 

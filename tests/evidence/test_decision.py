@@ -2,6 +2,7 @@
 within the cells it names (planted rows and cells change the sentence that would overreach)."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from sapo_lab.evidence.decision import Evidence, Row, reading, unsaid_answers
 from sapo_lab.evidence.gate_map import Cell, Setting
 from sapo_lab.evidence.paired import compare
 
+ROOT = Path(__file__).resolve().parents[2]
 BELOW = [-0.1 + 0.01 * i for i in range(10)]  # mean -0.055, interval below zero
 NEAR = [0.004 if i % 2 else -0.002 for i in range(10)]  # mean +0.001, interval holds zero
 SEEDS = tuple(range(20, 30))
@@ -169,3 +171,9 @@ def test_the_committed_decision_says_every_declared_answer(committed):
 def test_the_committed_repeat_is_found_from_the_configs(committed):
     # G4c's runs are Q1's with other seeds; no other map answer repeats a confirmatory one
     assert {r.id: r.replicates for r in committed.rows if r.replicates} == {"G4c": "Q1"}
+
+
+def test_the_readme_states_the_generated_decision(committed):
+    # fails when a rerun changes a row of the decision and the README still quotes the old sentences
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert decision.decision_sentences(committed) in readme

@@ -56,6 +56,22 @@ def test_mechanism_shares_split_q1(results):
     assert set(m.survivors) <= set(m.raw_below_alpha)  # Holm never rejects what the raw test keeps
 
 
+def test_headline_and_answer_name_the_m_and_rate_their_runs_trained_at(results):
+    # read from config.json directly: fails if a sentence claimed stale minibatches in general, or a rate or M
+    # its runs did not have
+    def trained(study):
+        (first, *_) = sorted((ROOT / "results" / study / "runs").iterdir())
+        opt = json.loads((first / "config.json").read_text())["optimization"]
+        return opt["steps_per_generation"], opt["learning_rate"]
+
+    (m1, lr1), (m2, lr2) = trained("confirm_addition"), trained("confirm_scratchpad")
+    assert lr1 == lr2 == 2e-4
+    head, answer = headline_sentence(results), answer_sentences(results)
+    assert f"two-digit addition at M = {m1} and" in head and f"scratchpad addition at M = {m2}," in head
+    assert "(2e-4, shared)" in head and "shared (2e-4)" in answer
+    assert f"($M={m1}$)" in answer and f"($M={m2}$)" in answer and "not about other staleness" in answer
+
+
 def test_answer_refuses_a_pending_test(results):
     partial = {k: v for k, v in results.items() if k != "Q4"}
     with pytest.raises(ValueError, match="Q4"):

@@ -25,9 +25,10 @@ def _cmp(mean, lo, hi, differences=None, method="sapo", reference="grpo"):
 
 
 def _headline_results(q2_interval):
-    return {"Q1": {"comparison": _cmp(-0.075, -0.124, -0.026)},
-            "Q2": {"comparison": _cmp(-0.05, *q2_interval)},
-            "Q4": {"comparison": _cmp(-0.089, -0.127, -0.050)}}
+    # the planted intervals sit on the committed studies' runs, which give the sentence its M and learning rate
+    return {"Q1": {"comparison": _cmp(-0.075, -0.124, -0.026), "study": "confirm_addition"},
+            "Q2": {"comparison": _cmp(-0.05, *q2_interval), "study": "confirm_scratchpad"},
+            "Q4": {"comparison": _cmp(-0.089, -0.127, -0.050), "study": "confirm_addition"}}
 
 
 def test_the_headline_quotes_intervals_wholly_below_zero():
