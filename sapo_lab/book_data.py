@@ -5,7 +5,8 @@ nothing is fetched: the chapter reads the repository. Elsewhere (Colab, a notebo
 an empty folder) :func:`chapter_data` fetches exactly the files the chapter reads into
 ``cache_root()`` and checks each against ``book_data.sha256``, the repository's manifest of
 SHA-256 digests, whose own digest :data:`MANIFEST_SHA256` this module pins (both written by
-``tools/book_data_manifest.py``; a test keeps them current). Data from another version of the
+``tools/book_data_manifest.py``, the digest into the generated ``sapo_lab/_book_data_digest.py``, so
+that committing results leaves this module alone; a test keeps them current). Data from another version of the
 repository therefore fails the check instead of being read by code it does not fit.
 
 The source is :data:`REPOSITORY` (``_config.yml``'s ``repository.url``, tested to agree), or the
@@ -28,12 +29,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ._book_data_digest import MANIFEST_SHA256
 from .runs.manifest import sha256_of
 
 REPOSITORY = "https://github.com/sapo-lab/sapo-lab"
 BRANCH = "main"
 MANIFEST = "book_data.sha256"
-MANIFEST_SHA256 = "cbd58ae801d21fa9874c8bcdb0d2d537346c49445579982bc1718bfd2d237547"
 ENV_SOURCE = "SAPO_LAB_REPOSITORY"
 ENV_CACHE = "SAPO_LAB_CACHE"
 # A study's files except the per-step metrics: what load_study, provenance and the primary tests read.
@@ -57,7 +58,7 @@ _CONFIRMATORY = ("confirm_addition", "confirm_scratchpad")
 # chapter (notebook stem) -> the paths it reads, as fnmatch patterns over the manifest ("*" crosses "/").
 # experiments/ comes with every chapter: results_root() recognises a data root by it.
 CHAPTERS: dict[str, tuple[str, ...]] = {
-    "01_reading_map": tuple(p for name in _CONFIRMATORY for p in _metadata(name)),
+    "01_reading_map": tuple(p for name in (*_CONFIRMATORY, "gate_map") for p in _metadata(name)),
     "10c_conformance_audit": ("results/conformance/matrix.json",
                               "results/conformance/settings_reach.json"),
     "11a_training_the_gpt2": _study("main_comparison"),
@@ -72,7 +73,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "14b_instability_and_tuning": tuple(p for name in _EVIDENCE for p in _study(name)),
     "15_follow_up_experiment": tuple(p for name in ("main_comparison", "staleness", "staleness_long",
                                                     "equal_search_budget") for p in _study(name)),
-    "15b_gate_map": tuple(p for name in ("gate_map", *_CONFIRMATORY) for p in _metadata(name)),
+    "15b_gate_map": (*(p for name in ("gate_map", *_CONFIRMATORY) for p in _metadata(name)),
+                     "results/gate_map/runs/*/study_wall.json"),  # the provenance's resumed runs
     "16_conclusion": (*(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)), *_metadata("gate_map")),
     "appendix_provenance": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _metadata(name)),
 }

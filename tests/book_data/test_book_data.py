@@ -28,6 +28,23 @@ def test_manifest_and_its_pinned_digest_are_current():
     assert hashlib.sha256(text).hexdigest() == book_data.MANIFEST_SHA256
 
 
+def test_committing_results_edits_only_the_generated_digest_module():
+    """Catches the digest pinned in book_data.py again (every results commit would then edit the module that
+    fetches the data) or the tool writing it anywhere else: the tool's module holds the digest and nothing more,
+    and book_data.py holds no digest literal."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("book_data_manifest", ROOT / "tools" / "book_data_manifest.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.MODULE == ROOT / "sapo_lab" / "_book_data_digest.py"
+    generated = {}
+    exec(tool.module_text("ab" * 32), generated)
+    assert {k: v for k, v in generated.items() if not k.startswith("__")} == {"MANIFEST_SHA256": "ab" * 32}
+    assert re.search(r"[0-9a-f]{64}", (ROOT / "sapo_lab" / "book_data.py").read_text()) is None
+
+
 def test_default_source_is_the_repository_of_config_yml():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
     assert (book_data.REPOSITORY, book_data.BRANCH) == (config["url"], config["branch"])
