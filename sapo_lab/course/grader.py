@@ -29,6 +29,7 @@ import json
 import math
 import os
 import secrets
+import select
 import subprocess
 import sys
 import tempfile
@@ -451,6 +452,146 @@ def load_module(path: str):
     return module
 
 
+# ---- the training part's student process ----------------------------------------------------------------
+class StudentLossError(RuntimeError):
+    """The student's sapo_loss failed, hung, or its process ended; one line."""
+
+
+class StudentRefused(StudentLossError):
+    """The student's process did something the guard refuses (import sapo_lab, read its files, start a process)."""
+
+
+class StudentLoss:
+    """The student's ``sapo_loss``, called in the guarded student process and answered with a value and a gradient.
+
+    ``self(logp, behavior_logp, advantages, mask, tau_pos=, tau_neg=)`` returns ``value + <grad, logp - logp.detach()>``:
+    the student's loss value, whose gradient with respect to ``logp`` is the student's gradient."""
+
+    def __init__(self, module_path: str, workdir: Path, allow_sapo_lab: bool = False, call_limit: float | None = None):
+        self.path = module_path
+        self.call_limit = TIME_LIMIT_S if call_limit is None else call_limit
+        self.result = workdir / "result.jsonl"
+        request_read, self._request_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
+        request = {"module": str(Path(module_path).resolve()), "parts": list(PARTS), "calls": [],
+                   "substitute_names": [], "substitutes": "", "allow_sapo_lab": allow_sapo_lab,
+                   "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
+                   "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
+                   "serve": [request_read, reply_write]}
+        (workdir / "request.json").write_text(json.dumps(request))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX), str(workdir / "request.json"),
+                                      str(self.result)], cwd=workdir, env=env, pass_fds=(request_read, reply_write),
+                                     stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        os.close(request_read)
+        os.close(reply_write)
+        self._buffer = bytearray()
+        self.refused: str | None = None
+
+    # ---- the student's process --------------------------------------------------------------------------
+    def _events(self) -> list:
+        return _read_events(self.result)
+
+    def _ended(self) -> StudentLossError:
+        """The error to raise once the student's process has stopped answering."""
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.close()
+        events = self._events()
+        refused = next((e for e in events if e.get("event") == "refused"), None)
+        if refused is not None:
+            self.refused = refused.get("message", "imports sapo_lab")
+            return StudentRefused(self.refused)
+        failed = next((e for e in events if e.get("event") == "import_failed"), None)
+        if failed is not None:
+            return StudentLossError(f"does not import: {failed.get('message', '')}")
+        return StudentLossError(f"the student's process ended (exit status {self.proc.returncode})")
+
+    def wait_imported(self) -> None:
+        """Return once the module has imported; StudentLossError (StudentRefused) when it does not."""
+        deadline = time.monotonic() + STARTUP_LIMIT_S + self.call_limit
+        while time.monotonic() < deadline:
+            if any(e.get("event") == "imported" for e in self._events()):
+                return
+            if self.proc.poll() is not None:
+                raise self._ended()
+            time.sleep(0.05)
+        self.close()
+        raise StudentLossError(f"did not finish importing within the time limit ({self.call_limit:g} s)")
+
+    def _read(self, n: int | None = None) -> bytes:
+        """One line (``n`` None) or ``n`` bytes of the reply; StudentLossError past the call's time limit."""
+        deadline = time.monotonic() + self.call_limit
+        while True:
+            end = self._buffer.find(b"\n") + 1 if n is None else (n if len(self._buffer) >= n else 0)
+            if end:
+                data = bytes(self._buffer[:end])
+                del self._buffer[:end]
+                return data
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise StudentLossError(f"sapo_loss did not return within the time limit ({self.call_limit:g} s)")
+            ready, _, _ = select.select([self._reply_read], [], [], left)
+            if ready:
+                chunk = os.read(self._reply_read, 1 << 20)
+                if not chunk:
+                    raise self._ended()
+                self._buffer += chunk
+
+    def __call__(self, logp, behavior_logp, advantages, mask, *, tau_pos, tau_neg):
+        import torch
+
+        wire = logp.dtype if logp.dtype in (torch.float32, torch.float64) else torch.float32
+        sent = [t.detach().to("cpu", wire).contiguous() for t in (logp, behavior_logp, advantages, mask)]
+        head = {"dtype": str(wire).removeprefix("torch."), "shapes": [list(t.shape) for t in sent],
+                "tau_pos": float(tau_pos), "tau_neg": float(tau_neg)}
+        try:
+            os.write(self._request_write, json.dumps(head).encode() + b"\n")
+            for t in sent:
+                data = memoryview(t.numpy().tobytes())
+                while data:
+                    data = data[os.write(self._request_write, data):]
+        except BrokenPipeError:
+            raise self._ended() from None
+        try:
+            reply = json.loads(self._read())
+        except ValueError:
+            raise StudentLossError("the student's process answered something that is not a reply") from None
+        if "refused" in reply:
+            self.refused = str(reply["refused"])
+            raise StudentRefused(self.refused)
+        if reply.get("not_implemented"):
+            raise NotImplementedError("sapo_loss")
+        if "error" in reply or not isinstance(reply.get("loss"), (int, float)):
+            raise StudentLossError(str(reply.get("error", "no loss in the reply"))[:200])
+        grad = torch.frombuffer(bytearray(self._read(sent[0].numel() * sent[0].element_size())), dtype=wire)
+        grad = grad.reshape(logp.shape).to(logp.device, logp.dtype)
+        value = torch.tensor(reply["loss"], dtype=logp.dtype, device=logp.device)
+        return value + (grad * (logp - logp.detach())).sum()
+
+    def close(self) -> None:
+        """End the student's process (and anything it started)."""
+        for fd in (self._request_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._request_write = self._reply_read = -1
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+
+
 @contextmanager
 def student_loss_in_trainer(module):
     """sapo_lab's trainer with the student's ``sapo_loss`` as the loss it differentiates; the library's
@@ -477,8 +618,6 @@ def train_part(module, config: str = TRAIN_CONFIG, overrides: dict | None = None
     """Train with the student's loss; full points when the held-out Pass@1 gain reaches ``min_gain``."""
     from sapo_lab.runs.config import load_config
     from sapo_lab.training.trainer import train
-
-    from .train_child import StudentLossError
 
     cfg = load_config(config, {**(TRAIN_OVERRIDES if overrides is None else overrides), "loss.loss_type": "sapo"})
     with tempfile.TemporaryDirectory() as tmp, student_loss_in_trainer(module):

@@ -124,7 +124,7 @@ def test_a_module_that_wraps_sapo_lab_trains_only_with_the_instructors_switch():
 @pytest.mark.slow
 def test_a_sapo_loss_that_hangs_while_training_fails_within_the_call_limit(tmp_path):
     # catches: the trainer waiting on the student's process without a limit (this test would hang)
-    from sapo_lab.course.train_child import StudentLoss, StudentLossError
+    from sapo_lab.course.grader import StudentLoss, StudentLossError
 
     module = write(tmp_path, f"""
         import time
@@ -156,7 +156,7 @@ def test_the_student_process_returns_the_students_loss_and_gradient(tmp_path):
     spec = importlib.util.spec_from_file_location("handout", HANDOUT)
     handout = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(handout)
-    from sapo_lab.course.train_child import StudentLoss
+    from sapo_lab.course.grader import StudentLoss
 
     gen = torch.Generator().manual_seed(3)
     logp = (-torch.rand(3, 5, generator=gen, dtype=torch.float64) - 0.1).requires_grad_(True)
