@@ -53,10 +53,12 @@ student:
 browser: venv
 	$(BIN)/python -m pytest -q -m browser tests/book/test_browser.py
 
-# Both cores stay busy: the book build executes its chapters one after another in one kernel, so it runs
-# beside the unit tests and then nbval (two pytest workers each); the browser test reads the built book.
+# Both cores stay busy: the book build executes its chapters one after another (-W: a cell that raises, an
+# assert included, fails the build), so it runs beside the unit tests (two pytest workers); the browser test
+# reads the built book. nbval runs each chapter alone in an empty folder in CI's Colab-like leg
+# (tools/ci_colab.sh), and over every notebook here with `make nbval`.
 test: lint static
-	$(MAKE) -j2 --output-sync=target book-html unit nbval student
+	$(MAKE) -j2 --output-sync=target book-html unit student
 	$(MAKE) browser
 
 # Compatibility leg: the lowest versions pyproject.toml declares (constraints-min.txt), installed
