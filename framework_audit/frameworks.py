@@ -39,6 +39,7 @@ FRAMEWORKS = (
     _own("skyrl_train", "skyrl-train", "0.3.1"),
     _own("liger_kernel", "liger-kernel", "0.8.5"),
     _own("trinity_rft", "trinity-rft", "0.6.0"),
+    _own("twinkle_kit", "twinkle-kit", "0.5.1"),
     # Axolotl's environment is TRL's with Axolotl's pins over it (build_axolotl.sh), torch from TRL's.
     Framework("axolotl", "axolotl", "0.21.0", "framework_audit/requirements-axolotl.txt", "framework_audit/.venv-axolotl",
               layered=False, build_script="framework_audit/build_axolotl.sh"),

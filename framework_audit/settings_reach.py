@@ -1,7 +1,8 @@
 """``results/conformance/settings_reach.json``: whether each framework's SAPO settings reach its loss.
 
 One section per framework, each written by its own script in the framework's environment
-(``settings_reach_trl.py``, ``settings_reach_verl.py``); ``render_md`` is the Markdown view of the file
+(``settings_reach_trl.py``, ``settings_reach_axolotl.py``, ``settings_reach_verl.py``,
+``settings_reach_twinkle.py``); ``render_md`` is the Markdown view of the file
 (``settings_reach.md``), regenerated with ``python -m framework_audit.settings_reach``.
 Standard library only: every framework environment imports it.
 """
@@ -110,6 +111,23 @@ def _verl_lines(s: dict) -> list[str]:
     return lines
 
 
+def _twinkle_lines(s: dict) -> list[str]:
+    lines = [f"### twinkle-kit {s['twinkle_kit']}", "", f"Level: {s['level']}.", "",
+             "| setting | set_loss keywords | tau_pos / tau_neg asked | loss saw | keywords dropped | reached |",
+             "|---|---|---|---|---|---|"]
+    for name, r in s["settings"].items():
+        kwargs = ", ".join(f"{k}={v:g}" for k, v in r["kwargs"].items()) or "none"
+        asked = f"{r['asked']['tau_pos']:g} / {r['asked']['tau_neg']:g}" if r["asked"] else "-"
+        seen = r["tau_seen"]
+        saw = f"{_fmt(seen['tau_pos'])} / {_fmt(seen['tau_neg'])}" if seen else f"refused: {_short(r['error'])}"
+        reached = "-" if r["tau_reached"] is None else ("yes" if r["tau_reached"] else "NO")
+        lines.append(f"| {name} | `{kwargs}` | {asked} | {saw} | {', '.join(r['dropped']) or 'none'} | {reached} |")
+    lines += ["", "Sources:"]
+    lines += [f"- {src['what']}: `{src['path']}` {'lines' if '-' in src['lines'] else 'line'} {src['lines']} "
+              f"({src['version']})" for src in s["sources"]]
+    return lines
+
+
 def render_md(data: dict) -> str:
     """The Markdown view of settings_reach.json (a function of the JSON only)."""
     lines = ["# Do the SAPO settings reach the loss?", "",
@@ -122,6 +140,8 @@ def render_md(data: dict) -> str:
         lines += _trl_lines(a, title) + [""]
     if "verl" in data:
         lines += _verl_lines(data["verl"]) + [""]
+    if "twinkle_kit" in data:
+        lines += _twinkle_lines(data["twinkle_kit"]) + [""]
     return "\n".join(lines)
 
 

@@ -10,14 +10,15 @@ start=$(date +%s)
 # The frameworks whose environment and audit fit CI's budget for this leg (environments are built beside
 # `make test` by --build-only; the audits take about a minute on 2 cores, each one's time is printed below):
 # TRL reuses the TRL leg's environment, Liger-Kernel needs only the shared torch base, skyrl-train,
-# Trinity-RFT and verl add ray and a few small packages (verl: about 50 s to build, 415 MB). AReaL and both
+# Trinity-RFT and verl add ray and a few small packages (verl: about 50 s to build, 415 MB), twinkle-kit its loss
+# module's imports (datasets, pandas, pyarrow: 20 s to build, 380 MB). AReaL and both
 # ms-swift versions need 3-5 minutes and 600-720 MB each (results/conformance/matrix.md: build times, sizes,
 # and when each was last run); their findings are held to the upstream lines and SHA-256 their adapters were
 # read from (tests/conformance/test_conformance_matrix.py), and a changed file fails `make conformance` when they are rerun.
 # So are the three built otherwise: Axolotl (its pins over TRL's environment: 36-253 s to build, 20-83 s to
 # audit), skyrl 0.4.0 (Python 3.12 with torch's CUDA build: 6 minutes, 4.4 GB) and EasyR1 (seconds, but built
 # from a clone of its repository, which CI does not have).
-FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft verl"}
+FRAMEWORKS=${SAPO_LAB_CONFORMANCE_FRAMEWORKS:-"trl liger_kernel skyrl_train trinity_rft verl twinkle_kit"}
 if [ "${1:-}" = "--build-only" ]; then
     for key in $FRAMEWORKS; do bash framework_audit/build_env.sh "$key"; done
     exit 0

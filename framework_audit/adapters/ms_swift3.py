@@ -24,6 +24,11 @@ SETTINGS = (
             "without the temperatures, so training gets Liger's SAPO (4/tau included: the liger-kernel rows) with "
             "Liger's defaults tau_pos=1, tau_neg=1.05, and --tau_pos/--tau_neg are silently ignored; read from the "
             "source (Liger is not installed in this environment), not audited"),
+    Setting("megatron", None,
+            "the Megatron trainer (swift/megatron/trainers/grpo_trainer.py) has the same gate sigmoid(tau (r - 1)) "
+            "without 4/tau and the same per-response mean, so the same tau/4 on-policy factor; read from the "
+            "source, not audited: its module imports megatron.training (Megatron-LM, on no package index; the "
+            "megatron-core wheel holds megatron.core only) and vLLM at import"),
 )
 
 SOURCES = (
@@ -33,6 +38,12 @@ SOURCES = (
     Source("swift/trainers/rlhf_trainer/grpo_trainer.py", 2078, 2095,
            "164ac99abb56c30586507624418f17991cb9179e8953f03e824ceb2b098b8345",
            "_prepare_liger_loss: LigerFusedLinearGRPOLoss built without tau_pos / tau_neg"),
+    Source("swift/megatron/trainers/grpo_trainer.py", 1245, 1250,
+           "6d47726fa6e6671b76aa0034c9b621f7c940f256b1872c4220a0314ca61d7162",
+           "the Megatron trainer's SAPO gate: sigmoid(tau (r - 1)) without 4/tau"),
+    Source("swift/megatron/trainers/grpo_trainer.py", 1315, 1317,
+           "6d47726fa6e6671b76aa0034c9b621f7c940f256b1872c4220a0314ca61d7162",
+           "the Megatron trainer's per-response mean for sapo"),
 )
 
 # Read from those lines: the gate lacks 4/tau, so the gradient is tau/4 of the paper's (on-policy factor and

@@ -4,7 +4,8 @@ The method reads its settings from the trainer; the adapter calls it unbound on 
 GRPOArgumentsMixin's defaults for the SAPO options and switches the other features off (KL to a
 reference, entropy masking, rollout importance sampling, overlong filter, auxiliary losses): the trainer's
 own loss method, as its training step calls it on one micro-batch.
-The Megatron trainer's SAPO branch (swift/megatron/trainers/grpo_trainer.py) needs Megatron: not audited.
+The Megatron trainer's SAPO branch (swift/megatron/trainers/grpo_trainer.py) is read from the source, not
+audited (the "megatron" setting says why).
 """
 
 from types import SimpleNamespace
@@ -20,12 +21,24 @@ SETTINGS = (
             "the defaults already are the paper's setting", finding_level="training"),
     Setting("sequence", {"importance_sampling_level": "sequence"}, "GSPO's sequence ratio", level="sequence",
             finding_level="training"),
+    Setting("megatron", None,
+            "the Megatron trainer (swift/megatron/trainers/grpo_trainer.py) has the same (4/tau) sigmoid gate and "
+            "per-response mean as the HF path; read from the source, not audited: its module imports mcore_bridge, "
+            "which imports transformer_engine at import, whose PyTorch part (transformer_engine_torch 2.20.2) is a "
+            "source distribution compiled against a CUDA build of torch (the audit's torch is the CPU build), "
+            "beside the 729 MB transformer_engine_cu12 wheel"),
 )
 
 SOURCES = (
     Source("swift/rlhf_trainers/grpo_trainer.py", 934, 1226,
            "53fddb594ce9a996da34b285984ce4fa3d8709fee4164cc88e98f1223732da2f",
            "_compute_loss_and_metrics: (4/tau) sigmoid gate (line 1040), r = exp(log r) unclamped"),
+    Source("swift/megatron/trainers/grpo_trainer.py", 1047, 1052,
+           "34ec4b21ec0e33b2920d1b3712e86abccf594f08cce055417ec723ea7b38378b",
+           "the Megatron trainer's SAPO gate: (4/tau) sigmoid(tau (r - 1))"),
+    Source("swift/megatron/trainers/grpo_trainer.py", 1127, 1129,
+           "34ec4b21ec0e33b2920d1b3712e86abccf594f08cce055417ec723ea7b38378b",
+           "the Megatron trainer's per-response mean for sapo"),
 )
 
 # Read from those lines: the paper's objective; in float32 exp(log r) overflows above log r = 88.72 (NaN).

@@ -70,3 +70,16 @@ def test_axolotl_temperatures_reached_and_its_paper_setting_is_on_policy(data):
     assert section["settings"]["configured"]["steps"][1]["share_r_ne_1"] > 0
     paper = section["settings"]["paper"]
     assert paper["tau_reached"] and paper["one_update_per_rollout"] and paper["share_r_ne_1"] == 0.0
+
+
+def test_twinkle_drops_a_single_tau_and_keeps_tau_neg_at_1(data):
+    """twinkle-kit 0.5.1: tau and clip_range are accepted by set_loss and dropped (the gate ran at 1.0 / 1.0);
+    tau_pos / tau_neg reach it. Catches a section that reads the keywords back instead of the gate's."""
+    s = data["twinkle_kit"]["settings"]
+    single = s["single_tau_and_clip_range"]
+    assert single["accepted"] and not single["tau_reached"] and single["dropped"] == ["clip_range", "tau"]
+    assert single["tau_seen"] == {"tau_pos": [1.0], "tau_neg": [1.0]}
+    assert s["defaults"]["tau_seen"] == {"tau_pos": [1.0], "tau_neg": [1.0]}  # not the paper's tau_neg = 1.05
+    assert s["tau_pos_and_tau_neg"]["tau_reached"]
+    assert "| single_tau_and_clip_range | `tau=1.3, clip_range=0.3` | 1.3 / 1.3 | 1 / 1 | clip_range, tau | NO |" \
+        in render_md(data)
