@@ -90,6 +90,17 @@ class AuditTimeout(BaseException):
     """--timeout reached. A BaseException, so that the audit's per-probe ``except Exception`` lets it through."""
 
 
+class LossExited(BaseException):
+    """The loss raised SystemExit (or another BaseException but KeyboardInterrupt): the audit stops, exit status 2.
+    A BaseException, so that the audit's per-probe ``except Exception`` lets it through."""
+
+
+def _exit_words(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    return f"raised {type(exc).__name__}" + (f": {str(exc).splitlines()[0]}" if str(exc).strip() else "")
+
+
 def load_target(target: str):
     """The callable named by MODULE:FUNCTION (or FILE.py:FUNCTION)."""
     module_part, sep, attr_path = target.rpartition(":")
@@ -109,7 +120,13 @@ def load_target(target: str):
             module = importlib.import_module(module_part)
     except ConformanceUsageError:
         raise
-    except Exception as exc:  # ImportError, or anything the user's module raises while importing
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit() at import: the audit never ran, which must not read as a pass
+        if not isinstance(exc, Exception):
+            raise ConformanceUsageError(f"cannot import {module_part!r}: it {_exit_words(exc)} while importing; "
+                                        "nothing was audited") from None
+        # ImportError, or anything the user's module raises while importing
         msg = str(exc).strip().splitlines()
         raise ConformanceUsageError(f"cannot import {module_part!r}: {type(exc).__name__}: "
                                     f"{msg[0] if msg else ''}".rstrip(": ")) from None
@@ -170,10 +187,18 @@ class WatchedLoss:
         stage = _stage()
         if self.progress and stage != self.stage:
             self.say(f"{stage} (call {self.calls + 1}, {self.elapsed():.1f} s)")
+        if stage != self.stage and isinstance(self.stream, _PipeWriter):  # for the parent, should the child vanish
+            _send(self.stream.pipe, {"stage": stage})
         self.stage = stage
         t0 = time.monotonic()
         self.calls += 1
-        out = self.fn(*args, **kwargs)  # an exception passes through: the audit makes it a row
+        try:
+            out = self.fn(*args, **kwargs)  # an exception passes through: the audit makes it a row
+        except (Exception, KeyboardInterrupt, AuditTimeout):
+            raise
+        except BaseException as exc:  # SystemExit: exit status 0 or 1 would read as CONFORMS or DIFFERS
+            raise LossExited(f"the loss {_exit_words(exc)} on call {self.calls} (during: {stage}); nothing was "
+                             "audited: a loss must return a scalar tensor") from None
         if self.first_call_s is None:
             self.first_call_s = time.monotonic() - t0
             if not self.progress and self.first_call_s >= SLOW_CALL_S:
@@ -228,10 +253,97 @@ def _check_flags(args) -> None:
 def run_conformance(args) -> int:
     """Audit ``args.target`` (flags of ``python -m sapo_lab conformance``); print the verdict; 0 conforms, 1 differs.
 
-    Usage mistakes, a loss that raises or is not finite on the plainest batch, one with no gradient in logp, and
-    a reached --timeout raise :class:`ConformanceUsageError`, which the command line reports in one line (exit 2).
+    Usage mistakes, a loss that raises or is not finite on the plainest batch, one with no gradient in logp, one
+    that exits (sys.exit, or os._exit, which ends its process), and a reached --timeout raise
+    :class:`ConformanceUsageError`, which the command line reports in one line (exit 2). Where the system can fork,
+    the user's code runs in a child process, so that a loss ending its process is reported, not taken for a pass.
     """
     _check_flags(args)
+    if not hasattr(os, "fork"):
+        return _audit_and_print(args)
+    return _in_child(_audit_and_print, args)
+
+
+class _PipeWriter:
+    """sys.stdout or sys.stderr in the child: each write goes to the parent as one JSON line."""
+
+    def __init__(self, pipe, stream: str):
+        self.pipe, self.stream = pipe, stream
+
+    def write(self, text: str) -> int:
+        if text:
+            _send(self.pipe, {self.stream: text})
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _send(pipe, message: dict) -> None:
+    import json
+
+    os.write(pipe, (json.dumps(message) + "\n").encode())
+
+
+def _in_child(work, args) -> int:
+    """``work(args)`` in a forked child; its output, its exit status or its one-line error come back through a pipe.
+    A child that ends without a word (os._exit, a crash in native code) is one line, exit status 2."""
+    import json
+    import traceback
+
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        code = 0
+        try:
+            sys.stdout, sys.stderr = _PipeWriter(write_end, "out"), _PipeWriter(write_end, "err")
+            _send(write_end, {"status": work(args)})
+        except ConformanceUsageError as exc:
+            _send(write_end, {"usage": str(exc)})
+        except KeyboardInterrupt:
+            _send(write_end, {"interrupted": True})
+        except BaseException:  # an internal error: its traceback goes to the parent
+            _send(write_end, {"internal": traceback.format_exc()})
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    final, stage = None, None
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            for raw in pipe:
+                message = json.loads(raw)
+                if "out" in message:
+                    sys.stdout.write(message["out"])
+                elif "err" in message:
+                    sys.stderr.write(message["err"])
+                    sys.stderr.flush()
+                elif "stage" in message:
+                    stage = message["stage"]
+                else:
+                    final = message
+    finally:
+        _, wait_status = os.waitpid(pid, 0)
+    if final is None:
+        ended = (f"signal {-os.waitstatus_to_exitcode(wait_status)}" if os.WIFSIGNALED(wait_status)
+                 else f"exit status {os.waitstatus_to_exitcode(wait_status)}")
+        raise ConformanceUsageError(
+            f"the loss ended the audit's process ({ended}, during: {stage or 'loading the target'}) without "
+            "returning, e.g. os._exit() or a crash in native code; nothing was audited: a loss must return a scalar "
+            "tensor")
+    if "usage" in final:
+        raise ConformanceUsageError(final["usage"])
+    if "interrupted" in final:
+        raise KeyboardInterrupt
+    if "internal" in final:
+        raise RuntimeError(f"internal error in the audit:\n{final['internal']}")
+    return final["status"]
+
+
+def _audit_and_print(args) -> int:
     updates = getattr(args, "updates_per_rollout", None)
     loss_fn = load_target(args.target)
     from .engine import AdapterError, audit  # torch is imported here, not for --help
@@ -245,6 +357,8 @@ def run_conformance(args) -> int:
         raise ConformanceUsageError(str(exc)) from None
     except AuditTimeout:
         raise ConformanceUsageError(watched.timeout_message()) from None
+    except LossExited as exc:
+        raise ConformanceUsageError(str(exc)) from None
     if watched.progress:
         watched.say(f"done: {watched.calls} calls in {watched.elapsed():.1f} s")
     json_path = getattr(args, "json", None)
