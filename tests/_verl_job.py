@@ -1,6 +1,7 @@
 """Reading an exported verl job as its user's shell runs it: the Hydra overrides bash hands to ``main_ppo``.
 
-Shared by tests/integrations/test_verl_export.py (main environment) and tests/integrations/test_verl_config.py (verl's environment).
+Shared by tests/integrations/test_verl_export.py (main environment) and
+tests/integrations/test_verl_config.py (verl's environment).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import sys
 # Environment settings that choose which CPU kernels torch and MKL run, read once when they load.
 # "native" lets each pick the widest vector unit; "avx2" caps both at AVX2, the unit every x86-64 CPU
 # since 2013 has (an AVX-512 machine then gives an AVX2-only one's fingerprint and, measured, its cold
-# start and first rollout steps' decisions, but not every float bit: tests/studies/test_results_reproduce.py); "scalar" turns torch's
-# vectorized kernels off and asks MKL for its conditional-numerical-reproducibility path, the candidate
+# start and first rollout steps' decisions, but not every float bit: tests/studies/test_results_reproduce.py);
+# "scalar" turns torch's vectorized kernels off and asks MKL for its conditional-numerical-reproducibility path, the candidate
 # for the same bits on every x86-64 CPU.
 # benchmarks/kernel_portability.py measures what each costs; results/kernel_fingerprints.json records
 # the fingerprint each gives on every CPU kind it was measured on.
