@@ -7,10 +7,15 @@ import math
 import textwrap
 from dataclasses import asdict, dataclass, field
 
-from .names import FINDING_LEVELS, SUMMARY_ORDER
+from .names import EMPTY_BATCH, EMPTY_RESPONSE, FINDING_LEVELS, SUMMARY_ORDER
 
 VERDICTS = ("pass", "differs", "error", "info")
 WIDTH = 100  # every line of the text card fits a 100-column terminal
+
+
+EMPTY_ONLY_NOTE = ("every other check conforms (gate, temperatures, gradient); in training a batch with an empty "
+                   "response would still break the update: divide by each response's token count clamped to >= 1, "
+                   "or leave empty responses out of the mean")
 
 
 def _json_safe(x):
@@ -101,7 +106,14 @@ class ReportCard:
         where = f"{self.dtype}, {self.level} level"
         if self.passed:
             return f"CONFORMS: all {n} checks match the paper ({where})"
+        if self.only_empty_differ():  # the gate is right: the first line says so
+            return f"DIFFERS in {len(self.differences())} of {n} checks ({where}): only where responses are empty"
         return f"DIFFERS in {len(self.differences())} of {n} checks ({where})"
+
+    def only_empty_differ(self) -> bool:
+        """True when the only differences are a response, or a whole batch, without tokens."""
+        differing = {r.property for r in self.differences()}
+        return bool(differing) and differing <= {EMPTY_RESPONSE, EMPTY_BATCH}
 
     def row(self, prop: str) -> Row:
         """The row of one property (the names are the constants of :mod:`sapo_lab.conformance`)."""
@@ -136,8 +148,12 @@ class ReportCard:
         lines = [self.verdict_line()]
         if self.meta.get("precision"):  # right under the verdict: it is what the verdict was measured at
             lines += wrap(self.meta["precision"], "    ", "  note: ")
+        if self.meta.get("changes_inputs"):
+            lines += wrap(self.meta["changes_inputs"], "    ", "  note: ")
         for r in self.differences():
             lines += wrap(r.line(), "    ", "  - ")
+        if self.only_empty_differ():
+            lines += wrap(EMPTY_ONLY_NOTE, "    ", "  note: ")
         for note in [r.summary for r in self.notes()] + list(notes):
             lines += wrap(note, "    ", "  note: ")
         lines += wrap(f"Level: {FINDING_LEVELS[self.finding_level]}; tau_pos = {self.tau_pos:g}, "
@@ -158,6 +174,7 @@ class ReportCard:
 
         lines = [f"### SAPO conformance: {cell(self.name)}", "", f"**{self.verdict_line()}**", ""]
         lines += [f"- note: {cell(self.meta['precision'])}"] if self.meta.get("precision") else []
+        lines += [f"- note: {cell(self.meta['changes_inputs'])}"] if self.meta.get("changes_inputs") else []
         lines += [f"- {cell(r.line())}" for r in self.differences()]
         lines += [f"- note: {cell(r.summary)}" for r in self.notes()]
         lines += ["", f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}; findings: "

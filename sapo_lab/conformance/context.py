@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,6 +52,8 @@ class Context:
     # float32 when the loss holds its temperatures in float32 (found by the temperature fit): its
     # arithmetic then carries float32 rounding, so later checks use float32's tolerances.
     held_dtype: torch.dtype | None = None
+    # the arguments the loss changed in place in any call (it is given copies; in training they are the caller's)
+    changed_inputs: set = field(default_factory=set)
 
     @property
     def tol(self) -> Tolerances:
@@ -60,7 +62,9 @@ class Context:
         return TOLERANCES[self.dtype]
 
     def call(self, batch: Batch, **kw) -> Measurement:
-        return call(self.loss_fn, batch, self.dtype, self.device, **kw)
+        m = call(self.loss_fn, batch, self.dtype, self.device, **kw)
+        self.changed_inputs.update(m.changed_inputs)
+        return m
 
     def weights(self, mask: torch.Tensor, count_empty: bool = False) -> torch.Tensor:
         return family_weights(self.family, mask, count_empty)

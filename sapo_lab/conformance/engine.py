@@ -123,5 +123,9 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
 
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
     meta = {**(meta or {}), **({"precision": precision} if precision else {})}
+    if ctx.changed_inputs:
+        names = ", ".join(n for n in ("logp", "old_logp", "advantages", "mask") if n in ctx.changed_inputs)
+        meta["changes_inputs"] = (f"the loss changes its arguments in place ({names}): the audit gave it copies, so "
+                                  "its checks stand, but in training it would change the trainer's own tensors")
     return ReportCard(name, float(tau_pos), float(tau_neg), dtype_name, level, [rows[p] for p in ROW_ORDER],
                       versions, meta, finding_level)

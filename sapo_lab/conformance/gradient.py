@@ -248,7 +248,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         if spread_ok:
             ok = abs(fitted - tau) <= bound * tau
             narrow = float32_value(tau)
-            if not ok and narrow != tau and abs(fitted - narrow) <= bound * narrow:
+            if not ok and narrow != tau and math.isfinite(narrow) and abs(fitted - narrow) <= bound * narrow:
                 ok, used = True, narrow
                 detail = (f"the loss holds {name} in float32 ({narrow:.10g}, not {fmt(tau)}): it conforms to "
                           "float32's precision; hold tau in the log-probs' dtype for full float64 agreement")

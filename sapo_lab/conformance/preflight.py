@@ -32,10 +32,10 @@ NARROWER = {"float64": ("float32", "float16", "bfloat16"), "float32": ("float16"
 
 def _probe(loss_fn, batch: Batch, dtype, device=None):
     """(value, gradient in logp, whether the value is attached to logp's graph), or None if the loss raised."""
-    logp = batch.logp.to(device=device, dtype=dtype).requires_grad_(True)
-    try:
-        out = loss_fn(logp, batch.old.to(device=device, dtype=dtype), batch.adv.to(device=device, dtype=dtype),
-                      batch.mask.to(device=device))
+    logp = batch.logp.to(device=device, dtype=dtype, copy=True).requires_grad_(True)
+    try:  # copies: a loss that changes its arguments in place must not change the audit's batches
+        out = loss_fn(logp, batch.old.to(device=device, dtype=dtype, copy=True),
+                      batch.adv.to(device=device, dtype=dtype, copy=True), batch.mask.to(device=device, copy=True))
         value = out.detach().double().cpu().reshape(())
         attached = out.requires_grad
         grad = torch.autograd.grad(out.reshape(()), logp, allow_unused=True)[0] if attached else None

@@ -110,6 +110,14 @@ class Measurement:
     old_grad: torch.Tensor | None = None  # d loss / d old_logp when requested
     log_ratio: torch.Tensor | None = None  # log r as the audited dtype holds it, float64
     error: str | None = None
+    changed_inputs: tuple = ()  # the arguments the loss changed in place (it was given copies)
+
+
+def _same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
+    same = before == after
+    if before.is_floating_point():
+        same |= before.isnan() & after.isnan()
+    return bool(same.all())
 
 
 def one_line(exc: BaseException) -> str:
@@ -129,8 +137,9 @@ def check_scalar(out) -> str | None:
 
 def call(loss_fn, batch: Batch, dtype, device=None, *, grad: bool = True, old_grad: bool = False) -> Measurement:
     """Call the loss once; never raises (an exception becomes ``Measurement.error``)."""
-    logp = batch.logp.to(device=device, dtype=dtype)
-    old_leaf = batch.old.to(device=device, dtype=dtype)
+    # copies: a loss that changes its arguments in place must not change the audit's batches
+    logp = batch.logp.to(device=device, dtype=dtype, copy=True)
+    old_leaf = batch.old.to(device=device, dtype=dtype, copy=True)
     m = Measurement(log_ratio=logp.double().cpu() - old_leaf.double().cpu())
     if grad:
         logp.requires_grad_(True)
@@ -138,10 +147,13 @@ def call(loss_fn, batch: Batch, dtype, device=None, *, grad: bool = True, old_gr
     if old_grad:  # a non-leaf copy, so that in-place operations inside the loss stay legal
         old_leaf.requires_grad_(True)
         old = old_leaf.clone()
-    adv = batch.adv.to(device=device, dtype=dtype)
-    mask = batch.mask.to(device=device)
+    adv = batch.adv.to(device=device, dtype=dtype, copy=True)
+    mask = batch.mask.to(device=device, copy=True)
+    given = {"logp": logp, "old_logp": old, "advantages": adv, "mask": mask}
+    before = {name: x.detach().clone() for name, x in given.items()}
     try:
         out = loss_fn(logp, old, adv, mask)
+        m.changed_inputs = tuple(name for name, x in given.items() if not _same_values(before[name], x.detach()))
         problem = check_scalar(out)
         if problem:
             m.error = problem

@@ -156,10 +156,14 @@ def _empty_response_row(ctx: Context) -> Row:
     m = ctx.call(batch)
     if m.error:
         return error_row(EMPTY_RESPONSE, expected, m.error)
-    if not math.isfinite(m.value) or not bool(torch.isfinite(m.grad).all()):
-        return Row(EMPTY_RESPONSE, expected, f"non-finite: loss {m.value}, gradient finite: "
-                   f"{bool(torch.isfinite(m.grad).all())}", "differs", "an empty response divides 0 by 0",
-                   summary=f"a batch with an empty response gives loss {m.value}: its length 0 divides 0 by 0")
+    value_finite, grad_finite = math.isfinite(m.value), bool(torch.isfinite(m.grad).all())
+    if not value_finite or not grad_finite:
+        what = (f"loss {m.value}" + ("" if grad_finite else " and a non-finite gradient") if not value_finite
+                else f"a finite loss ({fmt(m.value)}) but a non-finite gradient")
+        return Row(EMPTY_RESPONSE, expected, f"{what}", "differs",
+                   "an empty response divides 0 by 0; count each response's tokens with .clamp(min=1), or leave "
+                   "empty responses out of the mean",
+                   summary=f"a batch with an empty response gives {what}: its length 0 divides 0 by 0")
     if float(m.grad[1].abs().max()) != 0:
         return Row(EMPTY_RESPONSE, expected, "the empty response's padding gets a gradient", "differs",
                    summary="an empty response's padding gets a gradient")
@@ -191,9 +195,18 @@ def _empty_batch_row(ctx: Context) -> Row:
     m = ctx.call(make_batch([[], []], [1.0, -1.0], 2))
     if m.error:
         return Row(EMPTY_BATCH, expected, f"raises {m.error}", "pass", values={"raises": m.error})
-    finite = math.isfinite(m.value) and bool(torch.isfinite(m.grad).all())
-    zero = finite and float(m.grad.abs().max()) == 0
-    measured = (f"returns {fmt(m.value)} with zero gradient" if zero
-                else f"returns {m.value} (gradient finite: {bool(torch.isfinite(m.grad).all())})")
-    return Row(EMPTY_BATCH, expected, measured, verdict(zero), "" if zero else "a silent NaN or a nonzero gradient",
-               {"value": m.value}, "" if zero else f"a batch without tokens {measured}: a silent NaN")
+    value_finite, grad_finite = math.isfinite(m.value), bool(torch.isfinite(m.grad).all())
+    zero = value_finite and grad_finite and float(m.grad.abs().max()) == 0
+    if zero:
+        measured, cause = f"returns {fmt(m.value)} with zero gradient", ""
+    elif not value_finite:
+        measured = f"returns {m.value}" + ("" if grad_finite else " with a non-finite gradient")
+        cause = "a silent NaN: its token count 0 divides 0 by 0"
+    elif not grad_finite:
+        measured = f"returns {fmt(m.value)} but a non-finite gradient"
+        cause = "a silent NaN in the update: its token count 0 divides 0 by 0"
+    else:
+        measured = f"returns {fmt(m.value)} with a nonzero gradient, max {float(m.grad.abs().max()):.3g}"
+        cause = "padding is trained: the mask is not applied"
+    return Row(EMPTY_BATCH, expected, measured, verdict(zero), cause, {"value": m.value},
+               "" if zero else f"a batch without tokens {measured} ({cause})")
