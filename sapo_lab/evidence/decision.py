@@ -51,6 +51,7 @@ class Row:
     tuned_gate: bool = False  # the temperature and the clip were chosen on dev (confirm_addition's Q4)
     replicates: str | None = None  # the declared answer whose runs this row repeats on fresh seeds
     seeds: tuple[int, ...] = field(default=())
+    steps: int | None = None  # rollout steps each run trained for (the runs' max_steps)
 
     @property
     def side(self) -> int:
@@ -160,9 +161,12 @@ def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) 
         trailed.append(f"with narrower gates at {_ms(sorted({r.staleness[0] for r in narrow}))} ("
                        + "; ".join(f"τ {r.tau_pos:g}, {_said(r)}" for r in narrow) + ")")
     conf = [r for r in confirm_rows if r.side < 0]
-    if conf:
+    map_steps = {r.steps for r in map_rows}
+    if conf:  # a study trained for another number of steps than the map's scale says names its own
         trailed.append("and in the confirmatory studies (" + "; ".join(
-            f"{r.task.replace('_', ' ')} at M = {r.staleness[0]}, {_said(r)}" for r in conf) + ")")
+            f"{r.task.replace('_', ' ')} at M = {r.staleness[0]}"
+            + (f" after {r.steps} rollout steps" if r.steps is not None and r.steps not in map_steps else "")
+            + f", {_said(r)}" for r in conf) + ")")
     rates = sorted({r.rates[0] for r in below + narrow + conf})
     if trailed:
         clauses.append(f"with the shared lr {_joined([_rate(x) for x in rates])} SAPO trailed " + ", ".join(trailed))
@@ -271,9 +275,10 @@ def decision_sentences(ev: Evidence) -> str:
     tuned = [r for r in gaps if r.rate_rule == "dev"]
     slopes = [r for r in ev.rows if r.kind == "slope"]
     mechanism = [r for r in ev.rows if r.id in mechanism_ids]
-    return " ".join(s for s in (_where_sentence(ev, map_rows, plain_confirm), _trend_sentence(slopes),
-                                _tuning_sentence(ev, map_rows, tuned, confirm_rows),
-                                _replication_sentence(ev.rows, mechanism)) if s)
+    # one bullet a topic (where it tied and trailed, the trend, tuning, repeats): a reader scans, not parses
+    return "\n".join(f"* {s}" for s in (_where_sentence(ev, map_rows, plain_confirm), _trend_sentence(slopes),
+                                        _tuning_sentence(ev, map_rows, tuned, confirm_rows),
+                                        _replication_sentence(ev.rows, mechanism)) if s)
 
 
 def _mechanism_ids(ev: Evidence) -> set[str]:
@@ -310,7 +315,7 @@ def _row_from_runs(entry: dict, study: Study, declared: bool = True, **extra) ->
                and "tuned" != entry.get("kind") else "dev",
                checkpoint="final", comparison=cmp, declared=declared, family=entry.get("family"),
                p_adjusted=entry.get("p_adjusted"), reject=entry.get("reject"),
-               seeds=tuple(cmp.seeds), **extra)
+               seeds=tuple(cmp.seeds), steps=m["optimization"]["max_steps"], **extra)
 
 
 def evidence(root=None) -> Evidence:

@@ -127,7 +127,8 @@ def test_landing_page_and_closing_display_the_generated_headline(results, monkey
     assert headline in _displayed_by(landing, monkeypatch, {})
     closing = _cell_after("16_conclusion.ipynb", "## Closing")
     shown = _displayed_by(
-        closing, monkeypatch, {"confirmed": results, "interval_text": interval_text, "headline_sentence": headline_sentence}
+        closing, monkeypatch, {"confirmed": results, "interval_text": interval_text, "headline_sentence": headline_sentence,
+                               "load_study": load_study}
     )
     assert headline in shown
     # the capture itself: a cell showing another sentence is not taken for the headline

@@ -176,4 +176,20 @@ def test_the_committed_repeat_is_found_from_the_configs(committed):
 def test_the_readme_states_the_generated_decision(committed):
     # fails when a rerun changes a row of the decision and the README still quotes the old sentences
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert decision.decision_sentences(committed) in readme
+    assert " ".join(decision.decision_sentences(committed).split()) in readme
+
+
+def test_a_confirmatory_study_trained_for_other_steps_names_them():
+    # catches the sentence's opening scale (the map's rollout steps) silently covering a study that trained
+    # for a different number of steps (confirm_scratchpad: 50 against the map's 100)
+    same = {r.id: replace(r, steps=100) for r in _evidence().rows}
+    text = decision.decision_sentences(_evidence(**same))
+    assert "rollout steps" not in text
+    other = {**same, "Q1": replace(same["Q1"], steps=50)}
+    assert "addition at M = 8 after 50 rollout steps, Q1:" in decision.decision_sentences(_evidence(**other))
+
+
+def test_the_sentences_are_one_bullet_a_topic():
+    # catches the topics run together into one paragraph again (where it tied and trailed, trend, tuning, repeats)
+    lines = decision.decision_sentences(_evidence()).splitlines()
+    assert len(lines) >= 3 and all(line.startswith("* ") for line in lines)
