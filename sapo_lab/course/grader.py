@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -86,6 +85,11 @@ TIME_LIMIT_S = 120.0
 STARTUP_LIMIT_S = 600.0
 OUTPUT_CAP = 4096
 FILE_SIZE_CAP = 64 * 2**20
+# Bytes of address space the student's process may add to what it holds once torch is loaded, and bytes of
+# events it may send; the prefixes of this process's work folders, which the student's process may not open.
+MEMORY_LIMIT_BYTES = 4 * 2**30
+EVENTS_CAP = 64 * 2**20
+WORK_PREFIXES = ("sapo-grade-", "sapo-train-", "sapo-student-")
 FRESH_TAUS = (1.05, 2.0, 0.5)  # tau_neg (and the gate's tau) of each fresh case; never 1.0 = tau_pos
 
 
@@ -190,12 +194,8 @@ class ChildRun:
         return next((e for e in self.events if e.get("event") == event), None)
 
 
-def _read_events(path: Path) -> list:
+def _parse_events(text: str) -> list:
     events = []
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return events
     for line in text.split("\n")[:-1]:  # complete lines only
         try:
             record = json.loads(line)
@@ -206,23 +206,65 @@ def _read_events(path: Path) -> list:
     return events
 
 
+class _EventPipe:
+    """The pipe a student process writes its events to (one JSON line each), read here by a thread."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.data = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+
+    def start(self) -> None:
+        os.close(self.write_fd)  # the child holds the only writing end now
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while chunk := os.read(self.read_fd, 65536):
+            with self._lock:
+                if len(self.data) < EVENTS_CAP:
+                    self.data.extend(chunk)
+        os.close(self.read_fd)
+
+    def events(self) -> list:
+        with self._lock:
+            text = self.data.decode(errors="replace")
+        return _parse_events(text)
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+
+def _spawn_student(request: dict, cwd: Path, stdout, pass_fds=()) -> tuple[subprocess.Popen, _EventPipe]:
+    """Start the guarded student process: its request goes over its stdin (never written to disk), its events
+    come back over a pipe of their own, its address space and file sizes are capped."""
+    events = _EventPipe()
+    request = {**request, "blocked_prefixes": [str(Path(tempfile.gettempdir()) / p) for p in WORK_PREFIXES],
+               "memory_limit": MEMORY_LIMIT_BYTES}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-I", "-B", str(SANDBOX), str(events.write_fd)], cwd=cwd, env=env,
+                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT,
+                            pass_fds=(events.write_fd, *pass_fds), start_new_session=True)
+    events.start()
+    try:
+        import resource
+
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
+    try:
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    return proc, events
+
+
 def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
     """Run the student's process on ``request``: killed (with its process group) ``time_limit`` seconds after it
     has loaded torch, or STARTUP_LIMIT_S after it started if it never does; output capped at OUTPUT_CAP bytes."""
     workdir.mkdir(parents=True, exist_ok=True)
-    req, res = workdir / "request.json", workdir / "result.jsonl"
-    req.write_text(json.dumps(request))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX), str(req), str(res)], cwd=workdir, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    if hasattr(__import__("resource"), "prlimit"):
-        import resource
-
-        try:
-            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
-        except (OSError, ValueError):
-            pass
+    proc, events = _spawn_student(request, workdir, subprocess.PIPE)
     kept = bytearray()
 
     def drain():
@@ -235,7 +277,7 @@ def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
     started, ready_at, timed_out = time.monotonic(), None, False
     while proc.poll() is None:
         now = time.monotonic()
-        if ready_at is None and any(e.get("event") == "ready" for e in _read_events(res)):
+        if ready_at is None and any(e.get("event") == "ready" for e in events.events()):
             ready_at = now
         if (ready_at is not None and now - ready_at > time_limit) or now - started > STARTUP_LIMIT_S:
             timed_out = True
@@ -247,7 +289,8 @@ def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
             break
         time.sleep(0.05)
     reader.join(timeout=5)
-    return ChildRun(_read_events(res), proc.returncode, timed_out, kept.decode(errors="replace"))
+    events.join()
+    return ChildRun(events.events(), proc.returncode, timed_out, kept.decode(errors="replace"))
 
 
 def _blocked_paths(allow_sapo_lab: bool) -> tuple[list, list]:
@@ -256,12 +299,13 @@ def _blocked_paths(allow_sapo_lab: bool) -> tuple[list, list]:
 
 def refusal_line(path: str, what: str) -> str:
     """The one line a refused module gets, naming what it did (``what``: the guard's words)."""
-    return (f"{path} {what}: hand in your own implementation "
-            "(an instructor may allow sapo_lab with --allow-sapo-lab)")
+    if "sapo_lab" in what:
+        return (f"{path} {what}: hand in your own implementation "
+                "(an instructor may allow sapo_lab with --allow-sapo-lab)")
+    return f"{path} {what}: the grader refuses this; a submission computes its answers with torch alone"
 
 
-def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
-                workers: int | None = None) -> dict:
+def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S) -> dict:
     """Run the student's functions on ``calls`` (part -> [(key, kwargs)]) in the processes of
     ``substitutes.PROCESSES``; return key -> the call's result (``outputs`` and ``meta``, or ``error``).
     NotGradable when the module is refused, does not import, or ends its process while importing."""
@@ -276,11 +320,10 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
                 "allow_sapo_lab": allow_sapo_lab, "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
                 "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
             })
+    # One process after another, in the handout's dependency order: a process receives the plain answers only of
+    # parts whose processes have already ended, so no answer it holds can reach the grading of its own part.
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
-        workers = workers or max(1, min(len(requests), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers) as pool:
-            outcomes = list(pool.map(lambda ir: _run_calls(ir[1], Path(tmp) / f"p{ir[0]}", time_limit),
-                                     enumerate(requests)))
+        outcomes = [_run_calls(request, Path(tmp) / f"p{i}", time_limit) for i, request in enumerate(requests)]
     runs = [run for process_runs, _ in outcomes for run in process_runs]
     for run in runs:
         refused = run.first("refused")
@@ -470,7 +513,6 @@ class StudentLoss:
     def __init__(self, module_path: str, workdir: Path, allow_sapo_lab: bool = False, call_limit: float | None = None):
         self.path = module_path
         self.call_limit = TIME_LIMIT_S if call_limit is None else call_limit
-        self.result = workdir / "result.jsonl"
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
@@ -479,12 +521,8 @@ class StudentLoss:
                    "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
                    "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
                    "serve": [request_read, reply_write]}
-        (workdir / "request.json").write_text(json.dumps(request))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX), str(workdir / "request.json"),
-                                      str(self.result)], cwd=workdir, env=env, pass_fds=(request_read, reply_write),
-                                     stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc, self._event_pipe = _spawn_student(request, workdir, sys.stderr.fileno(),
+                                                     pass_fds=(request_read, reply_write))
         os.close(request_read)
         os.close(reply_write)
         self._buffer = bytearray()
@@ -492,7 +530,7 @@ class StudentLoss:
 
     # ---- the student's process --------------------------------------------------------------------------
     def _events(self) -> list:
-        return _read_events(self.result)
+        return self._event_pipe.events()
 
     def _ended(self) -> StudentLossError:
         """The error to raise once the student's process has stopped answering."""
@@ -644,22 +682,29 @@ def training_verdict(gain: float, steps, min_gain: float = TRAIN_MIN_GAIN) -> Pa
 
 def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None = None,
                    min_gain: float = TRAIN_MIN_GAIN, time_limit: float = TRAIN_TIME_LIMIT_S, err=None,
-                   reward: tuple[str, str] | None = None, allow_sapo_lab: bool = False) -> PartResult:
+                   reward: tuple[str, str] | None = None, allow_sapo_lab: bool = False,
+                   call_limit: float = TIME_LIMIT_S) -> PartResult:
     """The training part in its own process (``train_child.py``), whose trainer calls the student's ``sapo_loss`` in
     a guarded student process (refused there like the other parts unless ``allow_sapo_lab``); its output
     (progress and the student's prints) is relayed to ``err`` (stderr) up to TRAIN_OUTPUT_CAP bytes; the numbers
     it returns are compared with ``min_gain`` here. ``reward`` (file, function name) replaces the task's reward
-    there."""
+    there. ``call_limit`` (``grade --time-limit``) is the seconds each ``sapo_loss`` call may take."""
     err = err or sys.stderr
+    result_read, result_write = os.pipe()
+    request = {"module": str(Path(path).resolve()), "config": config, "reward": reward,
+               "allow_sapo_lab": allow_sapo_lab, "call_limit": call_limit, "result_fd": result_write,
+               "overrides": TRAIN_OVERRIDES if overrides is None else overrides}
     with tempfile.TemporaryDirectory(prefix="sapo-train-") as tmp:
-        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps({"module": str(Path(path).resolve()), "config": config, "reward": reward,
-                                   "allow_sapo_lab": allow_sapo_lab,
-                                   "overrides": TRAIN_OVERRIDES if overrides is None else overrides}))
-        proc = subprocess.Popen([sys.executable, "-m", "sapo_lab.course.train_child", str(req), str(res)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        # the request goes over stdin and the result comes back over a pipe of its own: no file the student's
+        # process could read or overwrite
+        proc = subprocess.Popen([sys.executable, "-m", "sapo_lab.course.train_child"], cwd=tmp,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=(result_write,), start_new_session=True)
+        os.close(result_write)
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.close()
         shown = [0]
+        result = bytearray()
 
         def relay():
             while chunk := proc.stdout.read(4096):
@@ -668,8 +713,14 @@ def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None
                     err.flush()
                 shown[0] += len(chunk)
 
+        def collect():
+            while chunk := os.read(result_read, 65536):
+                result.extend(chunk[: 2**20])
+
         reader = threading.Thread(target=relay, daemon=True)
+        collector = threading.Thread(target=collect, daemon=True)
         reader.start()
+        collector.start()
         try:
             proc.wait(timeout=time_limit)
             timed_out = False
@@ -678,9 +729,11 @@ def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None
             proc.wait()
             timed_out = True
         reader.join(timeout=5)
+        collector.join(timeout=5)
+        os.close(result_read)
         try:
-            record = json.loads(res.read_text())
-        except (OSError, ValueError):
+            record = json.loads(bytes(result))
+        except ValueError:
             record = None
     if timed_out:
         return PartResult("training", TRAIN_POINTS, 0, f"training exceeded its time limit ({time_limit:g} s)")
@@ -708,7 +761,7 @@ def run_grade(path: str, train: bool = False, out=print, seed: int | None = None
     if train:
         print(f"training {TRAIN_CONFIG} for {TRAIN_STEPS} steps with your sapo_loss (progress on stderr)",
               file=sys.stderr, flush=True)
-        report.parts.append(train_isolated(path, allow_sapo_lab=allow_sapo_lab))
+        report.parts.append(train_isolated(path, allow_sapo_lab=allow_sapo_lab, call_limit=time_limit))
     for line in report.lines():
         out(line)
     if not train:

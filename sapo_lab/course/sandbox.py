@@ -84,19 +84,50 @@ def observe(part: str, fn, kwargs: dict) -> dict:
     return observe_with_meta(part, fn, kwargs)[0]
 
 
-class Guard:
-    """The audit hook: refuses sapo_lab (unless allowed), the blocked files and folders, and new processes."""
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+# Audit events refused outright: signals to any process (the grader's included), foreign code through ctypes
+# (a C library's system() or open() would pass by every other check), sockets (a channel to another grading
+# process), shared memory maps, and changes to the file system.
+REFUSED_EVENTS = {
+    "os.kill": "sends a signal", "os.killpg": "sends a signal", "signal.pthread_kill": "sends a signal",
+    "socket.__new__": "opens a socket", "socket.connect": "opens a socket", "socket.bind": "opens a socket",
+    "mmap.__new__": "maps a file into memory", "os.symlink": "changes files", "os.link": "changes files",
+    "os.rename": "changes files", "os.remove": "changes files", "os.rmdir": "changes files",
+    "os.mkdir": "changes files", "os.truncate": "changes files", "os.chmod": "changes files",
+    "os.chown": "changes files", "os.utime": "changes files", "os.mkfifo": "changes files",
+    "os.mknod": "changes files", "shutil.copyfile": "changes files", "shutil.rmtree": "changes files",
+    "sqlite3.connect": "opens a database",
+    # the grader's own frames and objects (the guard's settings among them) are out of the module's reach
+    "gc.get_objects": "inspects the grader's objects", "gc.get_referrers": "inspects the grader's objects",
+    "gc.get_referents": "inspects the grader's objects", "sys._getframe": "inspects the grader's frames",
+    "sys._current_frames": "inspects the grader's frames",
+}
+FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
 
-    def __init__(self, blocked_dirs, blocked_files, refuse_package, here):
+
+class Guard:
+    """The audit hook: refuses sapo_lab (unless allowed), the blocked files and folders (the package, the frozen
+    outputs, every grading work folder), writing any file, /proc beyond the process's own entries, other
+    processes' descriptors, signals, ctypes, sockets and new processes."""
+
+    def __init__(self, blocked_dirs, blocked_files, refuse_package, here, blocked_prefixes=()):
         self.blocked_dirs = [os.path.realpath(d) + os.sep for d in blocked_dirs]
         self.blocked_files = {os.path.realpath(f) for f in blocked_files}
+        self.blocked_prefixes = [os.path.realpath(os.path.dirname(p)) + os.sep + os.path.basename(p)
+                                 for p in blocked_prefixes]
         self.refuse_package = refuse_package
         self.here = here
+        self.pid = str(os.getpid())
         self.refused = None
+        self._own_frame_lookup = False
 
     def _where(self) -> str:
         """The innermost caller outside this file and importlib (frames only: reading source would open files)."""
-        frame = sys._getframe(2)
+        self._own_frame_lookup = True
+        try:
+            frame = sys._getframe(2)
+        finally:
+            self._own_frame_lookup = False
         while frame is not None:
             name = frame.f_code.co_filename
             if name != self.here and not name.startswith("<frozen") and f"{os.sep}importlib{os.sep}" not in name:
@@ -109,21 +140,48 @@ class Guard:
             self.refused = what + self._where()
         raise exc_type(f"the grader refuses this: {what}")
 
+    def _check_path(self, raw: str, writes: bool) -> None:
+        real = os.path.realpath(raw)
+        absolute = os.path.abspath(raw)
+        for p in (absolute, real):
+            parts = p.split(os.sep)
+            if parts[1:2] == ["proc"] and len(parts) > 2:
+                if parts[2] not in ("self", "thread-self", self.pid) or "fd" in parts[3:] or writes:
+                    self._refuse(f"opens {p} (another process's entries or a descriptor)", PermissionError)
+            if p.startswith("/dev/fd/") or (parts[1:2] == ["dev"] and parts[2:3] in (["stdout"], ["stderr"])):
+                self._refuse(f"opens {p} (a descriptor)", PermissionError)
+            if any(p.startswith(prefix) for prefix in self.blocked_prefixes):
+                self._refuse(f"opens the grader's work folder ({p})", PermissionError)
+        if real in self.blocked_files:
+            self._refuse(f"opens {real}", PermissionError)
+        for d in self.blocked_dirs:
+            if real.startswith(d):
+                shown = os.path.relpath(real, os.path.dirname(os.path.dirname(d)))
+                self._refuse(f"imports or reads sapo_lab (opens {shown})", PermissionError)
+        if writes and real != os.devnull:
+            self._refuse(f"writes a file ({real})", PermissionError)
+
     def __call__(self, event, args):
+        if event == "sys._getframe" and self._own_frame_lookup:
+            return
+        if event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRIBUTES:
+            self._refuse(f"inspects the grader's frames ({args[1]})", PermissionError)
         if event == "import":
             name = args[0]
             if self.refuse_package and (name == "sapo_lab" or name.startswith("sapo_lab.")):
                 self._refuse(f"imports {name}", ImportError)
         elif event == "open":
-            path = args[0]
-            if isinstance(path, (str, bytes)):
-                real = os.path.realpath(os.fsdecode(path))
-                if real in self.blocked_files:
-                    self._refuse(f"opens {real}", PermissionError)
-                for d in self.blocked_dirs:
-                    if real.startswith(d):
-                        shown = os.path.relpath(real, os.path.dirname(os.path.dirname(d)))
-                        self._refuse(f"imports or reads sapo_lab (opens {shown})", PermissionError)
+            path, mode, flags = (tuple(args) + (None, None))[:3]
+            if isinstance(path, (str, bytes, os.PathLike)):
+                writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                    isinstance(flags, int) and bool(flags & WRITE_FLAGS))
+                self._check_path(os.fsdecode(path), writes)
+        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            self._check_path(os.fsdecode(args[0]), False)
+        elif event in REFUSED_EVENTS:
+            self._refuse(f"{REFUSED_EVENTS[event]} ({event})", PermissionError)
+        elif event.startswith("ctypes."):
+            self._refuse(f"calls C code through ctypes ({event})", PermissionError)
         elif event.startswith(SPAWN_EVENTS):
             self._refuse(f"starts a process ({event})", PermissionError)
 
@@ -134,7 +192,9 @@ def _emit(out, **record) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    if isinstance(exc, MemoryError):
+        return "MemoryError: past the grader's memory limit"
+    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":").splitlines()
     return (text[0] if text else type(exc).__name__)[:200]
 
 
@@ -204,12 +264,27 @@ def serve(fn, fds, guard, out) -> int:
     return 0
 
 
+def _limit_memory(extra_bytes: int) -> None:
+    """Cap the process's address space at what it holds now (torch loaded) plus ``extra_bytes``: a call that
+    allocates past it raises MemoryError, reported as that call's error."""
+    import resource
+
+    with open("/proc/self/statm") as f:
+        held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = held + int(extra_bytes)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
 def main(argv) -> int:
     """Import the student's module under the guard and run the request's calls (see the module's docstring)."""
-    request_path, result_path = argv[1], argv[2]
-    with open(request_path) as f:
-        request = json.load(f)
-    out = open(result_path, "w")  # noqa: SIM115 - kept open for the whole run, one line per event
+    request = json.loads(sys.stdin.buffer.readline())  # the request comes over a pipe, never through a file
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    out = os.fdopen(int(argv[1]), "w")  # an inherited pipe to the grading process, one line per event
     import torch
 
     torch.set_num_threads(1)
@@ -218,12 +293,19 @@ def main(argv) -> int:
     sys.path[:0] = request.get("extra_sys_path", [])
     if "serve" in request:  # opened before the guard, which refuses nothing on them
         request["serve"] = (os.fdopen(request["serve"][0], "rb"), os.fdopen(request["serve"][1], "wb"))
+    if request.get("memory_limit"):
+        _limit_memory(request["memory_limit"])
     here = os.path.realpath(__file__)
-    guard = Guard(request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here)
+    guard = Guard(request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here,
+                  request.get("blocked_prefixes", ()))
+    path = request["module"]
+    substitute_names = set(request["substitute_names"])
+    parts, calls = request["parts"], request["calls"]
+    del request["substitutes"]
+    sys.dont_write_bytecode = True
     sys.addaudithook(guard)
     _emit(out, event="ready")
 
-    path = request["module"]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         spec = importlib.util.spec_from_file_location("student_submission", path)
@@ -242,11 +324,11 @@ def main(argv) -> int:
     _emit(out, event="imported")
     if "serve" in request:  # the training part: the trainer, in another process, asks for sapo_loss call by call
         return serve(getattr(module, "sapo_loss", None), request["serve"], guard, out)
-    own = {name: getattr(module, name, None) for name in request["parts"]}
-    for call in request["calls"]:
+    own = {name: getattr(module, name, None) for name in parts}
+    for call in calls:
         part = call["part"]
         for name, fn in substitutes.items():
-            if name in request["substitute_names"]:
+            if name in substitute_names:
                 setattr(module, name, fn)
         fn = own.get(part)
         if not callable(fn):
@@ -272,6 +354,8 @@ def main(argv) -> int:
         return 0
     _emit(out, event="done")
     return 0
+
+
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The process in which the grader's training part runs: ``python -m sapo_lab.course.train_child REQUEST RESULT``.
+"""The process in which the grader's training part runs: ``python -m sapo_lab.course.train_child`` (the request, JSON,
+on stdin; the result written to the request's ``result_fd``, a pipe to the grading process).
 
 sapo_lab's trainer runs here; the student's module never does. It is imported in a guarded student process of its
 own (``sandbox.py`` in its serve mode: sapo_lab refused in any form unless the request allows it, no files of the
@@ -7,12 +8,13 @@ the loss and its gradient with respect to ``logp``, and hands the trainer a loss
 (``grader.StudentLoss``). So a module that trains by calling the library, whether at import or inside
 ``sapo_loss``, is refused as the other parts refuse it. This process trains for the request's step budget
 (``grader.train_part``), writes progress to its output, which the grading process relays to stderr with a cap, and
-writes the summary's numbers to RESULT (JSON); the grading process compares them with the threshold.
+writes the summary's numbers (JSON) to the result pipe; the grading process compares them with the threshold.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -20,10 +22,9 @@ from types import SimpleNamespace
 
 
 def main(argv) -> int:
-    """Train with the student's sapo_loss as the request says and write the summary's numbers to RESULT."""
-    request_path, result_path = argv[1], argv[2]
-    with open(request_path) as f:
-        request = json.load(f)
+    """Train with the student's sapo_loss as the request says and write the summary's numbers to the result pipe."""
+    request = json.loads(sys.stdin.buffer.readline())
+    result = os.fdopen(int(request["result_fd"]), "w")  # not inherited by the student's process (close_fds)
     from sapo_lab.course import grader
     from sapo_lab.course.grader import StudentLoss, StudentLossError
 
@@ -40,7 +41,8 @@ def main(argv) -> int:
         reward_fn = getattr(rewards, request["reward"][1])
     path = request["module"]
     with tempfile.TemporaryDirectory(prefix="sapo-student-") as tmp:
-        student = StudentLoss(path, Path(tmp), allow_sapo_lab=bool(request.get("allow_sapo_lab")))
+        student = StudentLoss(path, Path(tmp), allow_sapo_lab=bool(request.get("allow_sapo_lab")),
+                              call_limit=request.get("call_limit"))
         try:
             student.wait_imported()
             result, summary = grader.train_part(SimpleNamespace(sapo_loss=student), request["config"],
@@ -56,8 +58,8 @@ def main(argv) -> int:
             student.close()
         if student.refused:  # refused while training, though the trainer caught the error: no result counts
             record = {"error": grader.refusal_line(path, student.refused)}
-    with open(result_path, "w") as f:
-        json.dump(record, f)
+    with result:
+        json.dump(record, result)
     return 0
 
 
