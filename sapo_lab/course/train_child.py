@@ -24,7 +24,7 @@ from types import SimpleNamespace
 def main(argv) -> int:
     """Train with the student's sapo_loss as the request says and write the summary's numbers to the result pipe."""
     request = json.loads(sys.stdin.buffer.readline())
-    result = os.fdopen(int(request["result_fd"]), "w")  # not inherited by the student's process (close_fds)
+    result_pipe = os.fdopen(int(request["result_fd"]), "w")  # not inherited by the student's process (close_fds)
     from sapo_lab.course import grader
     from sapo_lab.course.grader import StudentLoss, StudentLossError
 
@@ -58,8 +58,8 @@ def main(argv) -> int:
             student.close()
         if student.refused:  # refused while training, though the trainer caught the error: no result counts
             record = {"error": grader.refusal_line(path, student.refused)}
-    with result:
-        json.dump(record, result)
+    with result_pipe:
+        json.dump(record, result_pipe)
     return 0
 
 

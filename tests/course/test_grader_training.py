@@ -205,3 +205,31 @@ def test_the_training_threshold_sits_between_the_measured_gains():
     assert 0.45 * correct <= grader.TRAIN_MIN_GAIN <= 0.5 * correct
     assert grader.TRAIN_MIN_GAIN - flipped >= 0.3
     assert grader.TRAIN_MIN_GAIN - max(grader.TRAIN_MEASURED["no gradient"].values()) >= 0.1
+
+
+@pytest.mark.slow
+def test_grade_time_limit_bounds_each_sapo_loss_call_while_training(tmp_path):
+    # catches: --time-limit ignored by the training part (t_hang.py, trimmed: a sapo_loss that hangs once training
+    # starts, graded with --time-limit 30, was waited on for the default 120 s and reported as 120 s)
+    import subprocess
+    import sys
+    import time
+
+    module = write(tmp_path, f"""
+        import time
+        import torch
+        exec(open({str(HANDOUT)!r}).read())
+        _graded = sapo_loss
+
+        def sapo_loss(logp, *args, **kwargs):
+            if logp.dtype == torch.float32:  # the trainer's calls; the graded cases are float64
+                time.sleep(3600)
+            return _graded(logp, *args, **kwargs)
+        """)
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "sapo_lab", "grade", str(module), "--seed", "3", "--train",
+                          "--time-limit", "5"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    took = time.monotonic() - started
+    training = next(line for line in run.stdout.splitlines() if line.startswith("training"))
+    assert "did not return within the time limit (5 s)" in training and " 0/15" in training, run.stdout
+    assert took < grader.TIME_LIMIT_S, took  # the default limit's wait alone would exceed this
