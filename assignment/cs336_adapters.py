@@ -40,13 +40,15 @@ COURSE_ONLY_2026 = ("run_tokenize_prompt_and_output", "run_get_response_log_prob
 _loaded: dict = {}
 
 
-def _load(path: str, name: str):
-    """The module at ``path``, loaded once per path."""
+def _load(path: str, name: str, variable: str):
+    """The module at ``path`` (named by the environment variable ``variable``), loaded once per path."""
     key = (name, str(Path(path).resolve()))
     if key not in _loaded:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{variable}={path}: no such file (set {variable} to your module's .py file)")
         spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None:
-            raise ImportError(f"{name}: {path} is not a Python file")
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{variable}={path}: not a Python module (set {variable} to a .py file)")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _loaded[key] = module
@@ -55,7 +57,8 @@ def _load(path: str, name: str):
 
 def student():
     """The student's SAPO assignment module (``SAPO_ASSIGNMENT``, default ``assignment/sapo_assignment.py``)."""
-    return _load(os.environ.get("SAPO_ASSIGNMENT", str(HERE / "sapo_assignment.py")), "sapo_assignment_for_cs336")
+    return _load(os.environ.get("SAPO_ASSIGNMENT", str(HERE / "sapo_assignment.py")), "sapo_assignment_for_cs336",
+                 "SAPO_ASSIGNMENT")
 
 
 def course_function(name: str) -> Callable | None:
@@ -63,7 +66,7 @@ def course_function(name: str) -> Callable | None:
     path = os.environ.get("CS336_COURSE_ADAPTERS")
     if not path:
         return None
-    fn = getattr(_load(path, "cs336_course_adapters"), name, None)
+    fn = getattr(_load(path, "cs336_course_adapters", "CS336_COURSE_ADAPTERS"), name, None)
     if not callable(fn):
         raise NotImplementedError(f"{name}: not defined in the course's adapters ({path})")
     return fn

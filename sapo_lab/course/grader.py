@@ -90,6 +90,7 @@ FILE_SIZE_CAP = 64 * 2**20
 MEMORY_LIMIT_BYTES = 4 * 2**30
 EVENTS_CAP = 64 * 2**20
 WORK_PREFIXES = ("sapo-grade-", "sapo-train-", "sapo-student-")
+MAX_SEED = 2**63 - 1  # the largest seed torch's generator takes
 FRESH_TAUS = (1.05, 2.0, 0.5)  # tau_neg (and the gate's tau) of each fresh case; never 1.0 = tau_pos
 
 
@@ -412,14 +413,16 @@ def _number(x) -> str:
 
 def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     """The verdict on one part from its calls' results: ``frozen`` is [(case from expected.json, result)],
-    ``fresh`` is [(expected outputs, result)]; full points only when every call matches."""
+    ``fresh`` is [(expected outputs, result)] or [(expected outputs, result, mistakes' outputs)]; full points only
+    when every call matches."""
     points = PARTS[part][0]
     calls = [(f"frozen case {i + 1}", case["expected"], case.get("mistakes", {}), res)
              for i, (case, res) in enumerate(frozen)]
-    calls += [(f"fresh case {i + 1}", exp, {}, res) for i, (exp, res) in enumerate(fresh)]
+    calls += [(f"fresh case {i + 1}", item[0], item[2] if len(item) > 2 else {}, item[1])
+              for i, item in enumerate(fresh)]
     for label, _, _, res in calls:
         if "error" in res:
-            whole = res["error"].startswith(("missing:", "not implemented"))  # true of every case alike
+            whole = res["error"].startswith(("missing:", "not a function:", "not implemented"))  # true of every case alike
             return PartResult(part, points, 0, res["error"] if whole else f"{res['error']} ({label})")
     for label, exp, _, res in calls:
         problem = _form_problem(exp, res["outputs"], res.get("meta", {}))
@@ -436,8 +439,17 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
             scores[name] = scores.get(name, 0) + close(got, out)
     best = max(scores, key=scores.get, default=None)
     if best is not None and scores[best] > 0:
-        share = "" if scores[best] == len(named) else f" (matches {scores[best]} of {len(named)} failing frozen cases)"
+        share = "" if scores[best] == len(named) else f" (matches {scores[best]} of {len(named)} failing cases)"
         return PartResult(part, points, 0, f"wrong; most likely mistake: {best}{share}", best)
+    for _, exp, mistakes, got in failing:  # one output of several wrong (masked_mean's two aggregations)
+        if not (isinstance(exp, dict) and isinstance(got, dict) and len(exp) > 1):
+            continue
+        for key in exp:
+            if close(got.get(key), exp[key]):
+                continue
+            for name, out in mistakes.items():
+                if isinstance(out, dict) and close(got.get(key), out.get(key)):
+                    return PartResult(part, points, 0, f"wrong {key}; most likely mistake: {name}", name)
     for label, exp, _, got in failing:
         for where, g, e in _walk(got, exp):
             if isinstance(g, float) and not math.isfinite(g) and isinstance(e, (int, float)) and math.isfinite(e):
@@ -456,14 +468,39 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     return PartResult(part, points, 0, f"wrong ({label})")
 
 
+def computed_mistakes(part: str, inputs: dict) -> dict:
+    """Outputs of mistakes the handout warns about that the frozen list lacks, computed here from a case's inputs:
+    masked_mean that ignores the mask (``values.mean()``, padding averaged in) or divides each response by T."""
+    if part != "masked_mean":
+        return {}
+    import torch
+
+    values = torch.tensor(inputs["values"], dtype=torch.float64)
+    mask = torch.tensor(inputs["mask"], dtype=torch.float64)
+    plain = float(values.mean())
+    by_t = float(((values * mask).sum(dim=-1) / values.shape[-1]).mean())  # = the masked sum over B * T
+    per_response = float(((values * mask).sum(dim=-1) / mask.sum(dim=-1)).mean())
+    token_pool = float((values * mask).sum() / mask.sum())
+    return {"the mask ignored: a plain values.mean() averages the padding in": {agg: plain for agg in AGGREGATIONS},
+            "padding counted in the average (divided by T, not by the response length)":
+                {agg: by_t for agg in AGGREGATIONS},
+            "the two aggregations swapped": {"per_response": token_pool, "token_pool": per_response}}
+
+
 def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
           expected: dict | None = None, parts=None) -> Report:
     """Grade every part (or ``parts``) of the student's module at ``path`` on the frozen cases and on fresh cases
     drawn from ``seed`` (random when None, and stated in the report). NotGradable when it cannot be graded."""
     p = Path(path)
+    if p.is_dir():
+        raise NotGradable(f"{path} is a folder: name your module's .py file (e.g. {Path(path) / 'sapo_assignment.py'})")
     if not p.is_file():
         raise NotGradable(f"{path}: no such file")
+    if p.suffix != ".py":
+        raise NotGradable(f"{path} is not a .py module: hand in a Python file whose name ends in .py")
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
+    if not 0 <= seed <= MAX_SEED:
+        raise NotGradable(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
     expected = expected or expected_outputs()
     parts = list(parts or PARTS)
     fresh = fresh_calls(seed)
@@ -472,8 +509,10 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
     results = run_student(str(p), calls, allow_sapo_lab, time_limit)
     report = Report(seed=seed)
     for part in parts:
-        frozen = [(case, results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
-        new = [(exp, results[f"{part}/fresh/{i}"]) for i, (_, exp) in enumerate(fresh[part])]
+        frozen = [({**case, "mistakes": {**case.get("mistakes", {}), **computed_mistakes(part, case["inputs"])}},
+                   results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
+        new = [(exp, results[f"{part}/fresh/{i}"], computed_mistakes(part, kw))
+               for i, (kw, exp) in enumerate(fresh[part])]
         report.parts.append(judge_part(part, frozen, new))
     return report
 

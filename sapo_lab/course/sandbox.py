@@ -186,6 +186,14 @@ class Guard:
             self._refuse(f"starts a process ({event})", PermissionError)
 
 
+def _not_a_function(part: str, value) -> str:
+    """The error of a part the module does not define as a function (``missing:`` marks it true of every case)."""
+    if value is None:
+        return f"missing: define {part}()"
+    kind = type(value).__name__
+    return f"not a function: {part} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; define {part}() with def"
+
+
 def _emit(out, **record) -> None:
     out.write(json.dumps(record) + "\n")
     out.flush()
@@ -232,7 +240,7 @@ def serve(fn, fds, guard, out) -> int:
         head = json.loads(line)
         logp, behavior_logp, advantages, mask = _read_tensors(requests, head)
         if not callable(fn):
-            _reply(replies, {"error": "missing: define sapo_loss()"})
+            _reply(replies, {"error": _not_a_function("sapo_loss", fn)})
             continue
         logp.requires_grad_(True)
         try:
@@ -332,7 +340,7 @@ def main(argv) -> int:
                 setattr(module, name, fn)
         fn = own.get(part)
         if not callable(fn):
-            _emit(out, event="result", key=call["key"], error=f"missing: define {part}()")
+            _emit(out, event="result", key=call["key"], error=_not_a_function(part, fn))
             continue
         setattr(module, part, fn)
         _emit(out, event="start", key=call["key"])
