@@ -81,7 +81,7 @@ use_cpu: false
 
 README_TEMPLATE = """# TRL run exported from sapo_lab
 
-Config: `{source}` with `{model}`, prompt format `{prompt_format}`; TRL {trl_version}.x.
+Config `{source}`, model `{model}`, prompt format `{prompt_format}`; TRL {trl_version}.x.
 `train_trl.py` holds the whole config; `python -m sapo_lab export-trl` wrote it from the
 declared mapping in `sapo_lab/integrations/trl.py` (fields TRL lacks are listed there as dropped).
 

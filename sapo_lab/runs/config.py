@@ -217,7 +217,8 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: Int = Field(0, description="model init, cold start, sampling and minibatch order")
+    seed: Annotated[Int, Field(ge=0, lt=2**32)] = Field(0, description=(
+        "model init, cold start, sampling and minibatch order (numpy takes 0 <= seed < 2**32)"))
     device: Device = Field("auto", description="\"auto\" = cuda if available, else cpu")
     save_steps: Annotated[Int, Field(ge=1)] = Field(50, description="checkpoint every N rollout steps (and on Ctrl-C)")
     max_train_time_s: Annotated[Float, Field(ge=0)] = Field(0.0, description=(

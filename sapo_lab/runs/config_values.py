@@ -9,6 +9,7 @@ be typed as ``1,4``, and a mapping as JSON text.
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
@@ -52,8 +53,14 @@ def _json_text(value):
         raise WrongType("must be a JSON object") from None
 
 
+def _refuse_non_finite(value: float) -> float:
+    if not math.isfinite(value):  # inf or nan would be written as Infinity/NaN, which JSON does not allow
+        raise ValueError("must be a finite number")
+    return value
+
+
 Int = Annotated[int, _refuse_bool("must be an integer")]
-Float = Annotated[float, _refuse_bool("must be a number")]
+Float = Annotated[float, _refuse_bool("must be a number"), AfterValidator(_refuse_non_finite)]
 IntList = Annotated[tuple[Int, ...], BeforeValidator(_list_text)]  # "1,4" or "1 4" on the command line
 Mapping = Annotated[dict, BeforeValidator(_json_text)]  # a JSON object, or its text
 
