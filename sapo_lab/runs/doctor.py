@@ -37,7 +37,7 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 # The series the doctor reads, and where each kind of run logs them.
 SERIES = ("max_abs_log_ratio", "ratio_q01", "ratio_q99", "signal_removed", "gate_weight_mean",
-          "zero_spread", "entropy", "reward", "loss", "grad_norm")
+          "zero_spread", "entropy", "reward", "loss", "grad_norm", "tokens_trained")
 SAPO_LAB_KEYS = {
     "max_abs_log_ratio": "ratio/max_abs_log_ratio",
     "ratio_q01": "ratio/q01",
@@ -48,6 +48,7 @@ SAPO_LAB_KEYS = {
     "reward": "rollout/reward_mean",
     "loss": "losses/loss",
     "grad_norm": "optim/grad_norm",
+    "tokens_trained": "optim/tokens_trained",
 }
 # TRL's own names (GRPOTrainer's log) and the ``sapo/`` names of sapo_lab's TRL diagnostics; each value
 # is the mean over the logging window's loss calls.
@@ -171,7 +172,11 @@ def read_run(path: str) -> RunLog:
 
 
 def _read_sapo_lab(path: str) -> RunLog:
-    rows = read_metrics(os.path.join(path, METRICS)).rows
+    found = read_metrics(os.path.join(path, METRICS))
+    rows = found.rows
+    if not rows and found.torn_last_line:  # its only line is unreadable: damaged, not a run yet to log a step
+        raise RunDirError(f"{os.path.join(path, METRICS)} is damaged (its only line is not a JSON row with an "
+                          "integer 'step')")
     settings = {}
     if os.path.isfile(os.path.join(path, CONFIG)):
         cfg = _load_json(os.path.join(path, CONFIG))
@@ -224,7 +229,7 @@ def _read_trl(path: str, state_path: str) -> RunLog:
         raise RunDirError(f"{state_path} is damaged (no log_history list of objects)")
     # Training rows carry the loss; the closing row (train_runtime, train_loss) and eval rows do not.
     rows = [r for r in history if "loss" in r and isinstance(r.get("step"), int)]
-    series = {name: [_number(r.get(TRL_KEYS[name])) for r in rows] for name in SERIES}
+    series = {name: [_number(r.get(TRL_KEYS[name])) if name in TRL_KEYS else None for r in rows] for name in SERIES}
     logs_ratio = any(key in r for r in rows for key in TRL_DIAGNOSTICS.values())
     return _check_ranges(RunLog(path, "trl", [r["step"] for r in rows], series, {}, logs_ratio), state_path)
 
@@ -272,9 +277,18 @@ def diagnose(log: RunLog, thresholds: Thresholds = THRESHOLDS) -> Reading:
                      "(TRL logs none for loss_type='sapo'; train with sapo_lab.integrations.trl_diagnostics to "
                      "log them as sapo/...)")
     elif not trained:
+        # claimed only where the log shows it: a token count of 0, or every group's rewards agreeing, on every step
+        no_tokens = all(v == 0 for v in s["tokens_trained"])
+        agreed = all(v == 1 for v in s["zero_spread"])
+        if not (no_tokens or agreed):
+            raise RunDirError(
+                f"{log.path}: no step logs max |log r|, and the token counts ({SAPO_LAB_KEYS['tokens_trained']}) and "
+                "zero-spread shares that would show no token was trained are missing: the log is incomplete, so "
+                "the regime cannot be read")
         regime = "no token trained"
-        lines.append(f"no token trained: none of the {len(log.steps)} logged steps updated on a token (every "
-                     "group's rewards agreed, so every advantage was 0)")
+        why = ("every group's rewards agreed, so every advantage was 0" if agreed
+               else f"{SAPO_LAB_KEYS['tokens_trained']} is 0 on every step")
+        lines.append(f"no token trained: none of the {len(log.steps)} logged steps updated on a token ({why})")
     elif not max_log:
         raise RunDirError(f"{log.path}: the ratio statistics are logged but none is a finite number")
     elif numbers["max_abs_log_ratio"] <= t.on_policy_log_ratio:
