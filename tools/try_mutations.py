@@ -41,8 +41,6 @@ def copy_tree(dest: str) -> None:
         if os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
             shutil.copy2(src, os.path.join(dest, rel))
-    # byte-compiled as a checkout that has run is (a test reads which file the first import of sapo_lab opens)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(dest, "sapo_lab")], check=True)
 
 
 def suite_files(tree: str) -> list[str]:
