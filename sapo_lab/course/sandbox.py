@@ -97,12 +97,26 @@ REFUSED_EVENTS = {
     "os.chown": "changes files", "os.utime": "changes files", "os.mkfifo": "changes files",
     "os.mknod": "changes files", "shutil.copyfile": "changes files", "shutil.rmtree": "changes files",
     "sqlite3.connect": "opens a database",
-    # the grader's own frames and objects (the guard's settings among them) are out of the module's reach
+    # the guard itself is referenced by no frame of this file; only the collector's lists would lead to it
     "gc.get_objects": "inspects the grader's objects", "gc.get_referrers": "inspects the grader's objects",
-    "gc.get_referents": "inspects the grader's objects", "sys._getframe": "inspects the grader's frames",
-    "sys._current_frames": "inspects the grader's frames",
+    "gc.get_referents": "inspects the grader's objects",
 }
-FRAME_ATTRIBUTES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+# A refused call's traceback runs through the guard's own frames (and so to its settings): a traceback's frames
+# are out of reach; frames on the stack (sys._getframe, for logging, enum and namedtuple) lead to none of them.
+TRACEBACK_FRAME = "tb_frame"
+
+
+def _plain_path(path) -> str | None:
+    """``path`` as a plain str without running any of the module's code (a str or bytes subclass, or a
+    path-like object of its own, could run code while the guard checks it); None for anything else."""
+    if isinstance(path, str):
+        return str.__str__(path)
+    if isinstance(path, bytes):
+        return os.fsdecode(bytes(memoryview(path)))
+    if type(path).__module__ in ("pathlib", "posix") and type(path).__name__ in (
+            "PosixPath", "PurePosixPath", "Path", "PurePath", "DirEntry"):
+        return os.fspath(path)
+    return None
 
 
 class Guard:
@@ -110,7 +124,8 @@ class Guard:
     outputs, every grading work folder), writing any file, /proc beyond the process's own entries, other
     processes' descriptors, signals, ctypes, sockets and new processes."""
 
-    def __init__(self, blocked_dirs, blocked_files, refuse_package, here, blocked_prefixes=()):
+    def __init__(self, blocked_dirs, blocked_files, refuse_package, here, blocked_prefixes=(), out=None,
+                 refusals=None):
         self.blocked_dirs = [os.path.realpath(d) + os.sep for d in blocked_dirs]
         self.blocked_files = {os.path.realpath(f) for f in blocked_files}
         self.blocked_prefixes = [os.path.realpath(os.path.dirname(p)) + os.sep + os.path.basename(p)
@@ -119,15 +134,12 @@ class Guard:
         self.here = here
         self.pid = str(os.getpid())
         self.refused = None
-        self._own_frame_lookup = False
+        self.out = out  # the first refusal is sent from here, before the module can touch anything
+        self.refusals = [] if refusals is None else refusals
 
     def _where(self) -> str:
         """The innermost caller outside this file and importlib (frames only: reading source would open files)."""
-        self._own_frame_lookup = True
-        try:
-            frame = sys._getframe(2)
-        finally:
-            self._own_frame_lookup = False
+        frame = sys._getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
             if name != self.here and not name.startswith("<frozen") and f"{os.sep}importlib{os.sep}" not in name:
@@ -138,6 +150,9 @@ class Guard:
     def _refuse(self, what: str, exc_type):
         if self.refused is None:
             self.refused = what + self._where()
+            self.refusals.append(self.refused)
+            if self.out is not None:
+                _emit(self.out, event="refused", message=self.refused)
         raise exc_type(f"the grader refuses this: {what}")
 
     def _check_path(self, raw: str, writes: bool) -> None:
@@ -162,22 +177,26 @@ class Guard:
             self._refuse(f"writes a file ({real})", PermissionError)
 
     def __call__(self, event, args):
-        if event == "sys._getframe" and self._own_frame_lookup:
-            return
-        if event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRIBUTES:
-            self._refuse(f"inspects the grader's frames ({args[1]})", PermissionError)
+        if event == "object.__getattr__" and len(args) > 1 and args[1] == TRACEBACK_FRAME:
+            self._refuse("inspects the grader's frames (a traceback's tb_frame)", PermissionError)
         if event == "import":
-            name = args[0]
+            name = _plain_path(args[0]) or ""
             if self.refuse_package and (name == "sapo_lab" or name.startswith("sapo_lab.")):
                 self._refuse(f"imports {name}", ImportError)
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None))[:3]
-            if isinstance(path, (str, bytes, os.PathLike)):
-                writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                    isinstance(flags, int) and bool(flags & WRITE_FLAGS))
-                self._check_path(os.fsdecode(path), writes)
-        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            self._check_path(os.fsdecode(args[0]), False)
+            if not isinstance(path, int):  # an int is a descriptor the process already holds
+                plain = _plain_path(path)
+                if plain is None:
+                    self._refuse(f"opens a path of its own type ({type(path).__name__})", PermissionError)
+                writes = (type(mode) is str and any(c in mode for c in "wax+")) or (
+                    type(flags) is int and bool(flags & WRITE_FLAGS))
+                self._check_path(plain, writes)
+        elif event in ("os.listdir", "os.scandir") and args and args[0] is not None and not isinstance(args[0], int):
+            plain = _plain_path(args[0])
+            if plain is None:
+                self._refuse(f"lists a path of its own type ({type(args[0]).__name__})", PermissionError)
+            self._check_path(plain, False)
         elif event in REFUSED_EVENTS:
             self._refuse(f"{REFUSED_EVENTS[event]} ({event})", PermissionError)
         elif event.startswith("ctypes."):
@@ -228,7 +247,7 @@ def _reply(stream, head: dict, payload: bytes = b"") -> None:
     stream.flush()
 
 
-def serve(fn, fds, guard, out) -> int:
+def serve(fn, fds, refusals, out) -> int:
     """The training part's loss service: for each request (a JSON header line, then logp, behavior_logp,
     advantages and mask as raw bytes) call the student's ``sapo_loss`` and reply with its value and its gradient
     with respect to ``logp`` (zeros where none flows), or one line of error. The trainer runs in another process,
@@ -254,21 +273,21 @@ def serve(fn, fds, guard, out) -> int:
             grad = torch.zeros_like(logp) if grad is None else grad.detach().to(logp.dtype)
             value = float(loss.detach().reshape(()))
         except NotImplementedError:
-            if guard.refused:
+            if refusals:
                 break
             _reply(replies, {"not_implemented": True})
             continue
         except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
-            if guard.refused:
+            if refusals:
                 break
             _reply(replies, {"error": _one_line(exc)})
             continue
-        if guard.refused:
+        if refusals:
             break
         _reply(replies, {"loss": value}, grad.contiguous().numpy().tobytes())
-    if guard.refused:
-        _emit(out, event="refused", message=guard.refused)
-        _reply(replies, {"refused": guard.refused})
+    if refusals:
+        _emit(out, event="refused", message=refusals[0])
+        _reply(replies, {"refused": refusals[0]})
     return 0
 
 
@@ -304,14 +323,16 @@ def main(argv) -> int:
     if request.get("memory_limit"):
         _limit_memory(request["memory_limit"])
     here = os.path.realpath(__file__)
-    guard = Guard(request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here,
-                  request.get("blocked_prefixes", ()))
+    refusals: list = []  # what the guard refused; the guard itself is held by no frame the module can reach
+    guard_settings = (request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here,
+                      request.get("blocked_prefixes", ()))
     path = request["module"]
     substitute_names = set(request["substitute_names"])
     parts, calls = request["parts"], request["calls"]
     del request["substitutes"]
     sys.dont_write_bytecode = True
-    sys.addaudithook(guard)
+    sys.addaudithook(Guard(*guard_settings, out=out, refusals=refusals))
+    del guard_settings
     _emit(out, event="ready")
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -321,17 +342,17 @@ def main(argv) -> int:
         sys.modules["student_submission"] = module
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are reported too
-        if guard.refused:
-            _emit(out, event="refused", message=guard.refused)
+        if refusals:
+            _emit(out, event="refused", message=refusals[0])
         else:
             _emit(out, event="import_failed", message=_one_line(exc))
         return 0
-    if guard.refused:
-        _emit(out, event="refused", message=guard.refused)
+    if refusals:
+        _emit(out, event="refused", message=refusals[0])
         return 0
     _emit(out, event="imported")
     if "serve" in request:  # the training part: the trainer, in another process, asks for sapo_loss call by call
-        return serve(getattr(module, "sapo_loss", None), request["serve"], guard, out)
+        return serve(getattr(module, "sapo_loss", None), request["serve"], refusals, out)
     own = {name: getattr(module, name, None) for name in parts}
     for call in calls:
         part = call["part"]
@@ -350,15 +371,15 @@ def main(argv) -> int:
             _emit(out, event="result", key=call["key"], error="not implemented")
             continue
         except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
-            if guard.refused:
+            if refusals:
                 break
             _emit(out, event="result", key=call["key"], error=f"raises {_one_line(exc)}")
             continue
-        if guard.refused:
+        if refusals:
             break
         _emit(out, event="result", key=call["key"], outputs=recorded, meta=meta)
-    if guard.refused:
-        _emit(out, event="refused", message=guard.refused)
+    if refusals:
+        _emit(out, event="refused", message=refusals[0])
         return 0
     _emit(out, event="done")
     return 0

@@ -56,6 +56,10 @@ def main(argv) -> int:
             record = {"error": f"{path} {exc}".splitlines()[0]}
         finally:
             student.close()
+        # the guard sends its refusal itself, so it counts even when the module hid the error from the trainer
+        sent = next((e for e in student._events() if e.get("event") == "refused"), None)
+        if sent is not None and not student.refused:
+            student.refused = str(sent.get("message", "was refused"))
         if student.refused:  # refused while training, though the trainer caught the error: no result counts
             record = {"error": grader.refusal_line(path, student.refused)}
     with result_pipe:

@@ -65,7 +65,7 @@ def test_a_masked_mean_bug_costs_masked_mean_alone(tmp_path):
                                 "per_response = (values * m).sum(dim=1) / m.shape[1]"})
     report = grader.grade(str(module), seed=SEED)
     assert [p.part for p in report.parts if p.earned < p.points] == ["masked_mean"], report.lines()
-    assert report.part("masked_mean").note.startswith("wrong at per_response: got ")
+    assert report.part("masked_mean").note.startswith("wrong per_response; most likely mistake: padding counted")
 
 
 def test_no_process_holds_the_substitute_of_a_part_it_grades():
