@@ -385,7 +385,8 @@ def _form_problem(expected: dict, got: dict, meta: dict) -> str | None:
         what = "the loss" if key == "value" and isinstance(want, float) else key.replace("_", "-")
         if "type" in m:
             kind = "a 0-d tensor" if not _shape(want) else f"a tensor of shape {tuple(_shape(want))}"
-            return f"returns a {m['type']} for {what}, not {kind}"
+            article = "an" if m["type"][:1].lower() in "aeiou" else "a"
+            return f"returns {article} {m['type']} for {what}, not {kind}"
         if m.get("shape") != _shape(want):
             hint = " (a 0-d tensor: no keepdim, no [None])" if not _shape(want) else ""
             return f"wrong shape: returns {tuple(m.get('shape', []))} for {what}, expected {tuple(_shape(want))}{hint}"
