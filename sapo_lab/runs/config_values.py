@@ -53,14 +53,24 @@ def _json_text(value):
         raise WrongType("must be a JSON object") from None
 
 
-def _refuse_non_finite(value: float) -> float:
-    if not math.isfinite(value):  # inf or nan would be written as Infinity/NaN, which JSON does not allow
+def _finite_number(value):
+    """A bool refused (lax mode reads True as 1.0) and inf/nan refused, in one validator that runs before any bound
+    (a bound's message would misname NaN), so that every pydantic version says the same."""
+    if isinstance(value, bool):
+        raise WrongType("must be a number")
+    if not isinstance(value, (int, float, str)):
+        return value
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return value  # not a number at all: the float schema says so
+    if not math.isfinite(number):  # inf or nan would be written as Infinity/NaN, which JSON does not allow
         raise ValueError("must be a finite number")
     return value
 
 
 Int = Annotated[int, _refuse_bool("must be an integer")]
-Float = Annotated[float, _refuse_bool("must be a number"), AfterValidator(_refuse_non_finite)]
+Float = Annotated[float, BeforeValidator(_finite_number)]
 IntList = Annotated[tuple[Int, ...], BeforeValidator(_list_text)]  # "1,4" or "1 4" on the command line
 Mapping = Annotated[dict, BeforeValidator(_json_text)]  # a JSON object, or its text
 

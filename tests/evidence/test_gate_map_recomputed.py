@@ -6,10 +6,14 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 from sapo_lab.evidence.gate_map import plain_answer
+
+multipletests = pytest.importorskip(
+    "statsmodels.stats.multitest", reason="statsmodels (test-only) is not installed"
+).multipletests
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "results" / "gate_map" / "runs"
