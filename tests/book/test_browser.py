@@ -310,18 +310,23 @@ def _visit(drv, base: str, page: str) -> dict:
     return report
 
 
-@pytest.fixture(scope="session")
-def reports(site, driver):
+def _page_cache(visit, driver, site):
+    """``get(page)``: ``visit(driver, site, page)``'s report, measured once a session per page."""
     cache: dict[str, dict] = {}
 
     def get(page: str) -> dict:
         if page not in cache:
             if not (HTML / page).exists():
                 pytest.fail(f"{page} is in _toc.yml but was not built into {HTML}")
-            cache[page] = _visit(driver, site, page)
+            cache[page] = visit(driver, site, page)
         return cache[page]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def reports(site, driver):
+    return _page_cache(_visit, driver, site)
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -679,16 +684,7 @@ def _on_phone(drv, base: str, page: str, plant=None) -> dict:
 
 @pytest.fixture(scope="session")
 def phone(site, driver):
-    cache: dict[str, dict] = {}
-
-    def get(page: str) -> dict:
-        if page not in cache:
-            if not (HTML / page).exists():
-                pytest.fail(f"{page} is in _toc.yml but was not built into {HTML}")
-            cache[page] = _on_phone(driver, site, page)
-        return cache[page]
-
-    return get
+    return _page_cache(_on_phone, driver, site)
 
 
 def _sideways(report: dict) -> int:
