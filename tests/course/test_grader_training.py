@@ -178,8 +178,9 @@ def test_the_student_process_returns_the_students_loss_and_gradient(tmp_path):
     assert torch.equal(got_grad, want_grad)
 
 
-@pytest.mark.parametrize("gain, passes", [(grader.TRAIN_MIN_GAIN, True), (grader.TRAIN_MIN_GAIN - 1e-3, False),
-                                          (float("nan"), False)])
+# 0.14 is the gain the handout promises (test_grader.py checks the handout's text against it): a literal, so that a
+# threshold changed in the grader fails here instead of moving the bracket with it
+@pytest.mark.parametrize("gain, passes", [(0.14, True), (0.139, False), (0.5, True), (float("nan"), False)])
 def test_the_training_verdict_compares_the_gain_with_the_threshold(gain, passes):
     result = grader.training_verdict(gain, 250)
     assert (result.earned == result.points) is passes and "after 250 steps" in result.note

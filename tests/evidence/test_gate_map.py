@@ -120,7 +120,10 @@ def test_answer_lines_quote_the_adjusted_p_and_the_verdict(monkeypatch):
     (line,) = [a["line"] for a in declared_answers(_study())]
     assert "Holm-adjusted p = 0.08" in line and "does not reach" in line  # raw p alone would have said "reaches"
     assert "p = 0.001" in line
-    assert gate_map.interval_text(cmp) in line
+    # the interval worked out here: differences -0.10, -0.09, ..., -0.01 have mean -0.055 and standard error
+    # 0.0302765 / sqrt(10); t(0.975, 9) = 2.2621572 (catches a z interval, a 90% level or the mean left out)
+    half = 2.2621572 * 0.0302765 / 10 ** 0.5
+    assert f"\u22120.055 [\u2212{0.055 + half:.3f}, \u2212{0.055 - half:.3f}]" in line
 
 
 def _entry(test_id, gaps, **extra):
