@@ -43,6 +43,26 @@ def copy_tree(dest: str) -> None:
             shutil.copy2(src, os.path.join(dest, rel))
 
 
+def make_interpreter(tree: str) -> str:
+    """A Python for ``tree``: a venv whose only path entries are ``tree`` and this interpreter's site-packages.
+
+    Listed as plain paths, the site-packages' own ``.pth`` files are not run, so the editable install of the
+    checkout never puts the checkout's sapo_lab in front of the copy's, not even in the grader's isolated
+    (``-I``) student processes, which ignore PYTHONPATH."""
+    import site
+    import sysconfig
+
+    venv = os.path.join(tree, ".mutation-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    here = sysconfig.get_path("purelib")
+    with open(os.path.join(purelib, "mutation-tree.pth"), "w") as f:
+        f.write("\n".join([tree, here, *(p for p in site.getsitepackages() if p != here)]) + "\n")
+    return python
+
+
 def suite_files(tree: str) -> list[str]:
     paths = sorted(os.path.relpath(os.path.join(folder, f), tree)
                    for folder, _, files in os.walk(os.path.join(tree, SUITE))
@@ -65,9 +85,9 @@ def caught_by_area(chosen, survived) -> dict[str, tuple[int, int]]:
     return out
 
 
-def run_tests(tree: str, targets: list[str], workers: int = 0) -> tuple[bool, str]:
+def run_tests(tree: str, python: str, targets: list[str], workers: int = 0) -> tuple[bool, str]:
     """``(passed, first failing test)`` of pytest over ``targets`` in ``tree``, stopping at the first failure."""
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
+    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
            *(["-n", str(workers)] if workers else []), *targets]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tree}
     proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
@@ -87,7 +107,8 @@ def main(argv=None) -> int:
     survived = []
     with tempfile.TemporaryDirectory(prefix="sapo-mutations-") as tree:
         copy_tree(tree)
-        passed, failing = run_tests(tree, sorted({m.caught_by.split("::")[0] for m in chosen}))
+        python = make_interpreter(tree)
+        passed, failing = run_tests(tree, python, sorted({m.caught_by.split("::")[0] for m in chosen}))
         if not passed:
             print(f"error: the unmutated tests fail ({failing}); fix them first", file=sys.stderr)
             return 2
@@ -103,7 +124,7 @@ def main(argv=None) -> int:
                 f.write(source.replace(m.old, m.new))
             t0 = time.perf_counter()
             try:
-                passed, failing = run_tests(tree, targets or [m.caught_by.split("::")[0]], workers=2 if targets else 0)
+                passed, failing = run_tests(tree, python, targets or [m.caught_by.split("::")[0]], workers=2 if targets else 0)
             finally:
                 with open(path, "w") as f:
                     f.write(source)
