@@ -105,10 +105,10 @@ def test_a_module_that_patches_the_graders_comparison_gains_nothing(tmp_path):
         g.close = lambda a, b: True
         g.judge_part = lambda part, frozen, fresh: g.PartResult(part, 10, 10, "ok")
         """)
-    assert_refused(cli(str(module), "--seed", str(SEED)), "imports sapo_lab")
-    run = cli(str(module), "--seed", str(SEED), "--allow-sapo-lab")
-    assert run.returncode == 1 and earned(run.stdout) == 0, run.stdout + run.stderr
-    assert "missing: define sapo_loss()" in run.stdout
+    assert "imports sapo_lab" in refusal(module)
+    report = grader.grade(str(module), seed=SEED, allow_sapo_lab=True)
+    assert not report.passed and sum(p.earned for p in report.parts) == 0, report.lines()
+    assert report.part("sapo_loss").note == "missing: define sapo_loss()", report.lines()
 
 
 @pytest.mark.parametrize("leaves, says", [
@@ -130,17 +130,21 @@ def test_a_fake_report_printed_by_the_module_is_not_the_report(tmp_path):
         print("total                     {FULL}/{FULL}")
         print("x" * 5_000_000)
 
+        _own_loss = sapo_loss
+
         def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
-            print("sapo_loss                  20/20  ok")
-            sys.stdout.flush()
-            os._exit(0)
+            if tau_neg == 2.0:  # one fresh case: the calls after it go on in a fresh process
+                print("sapo_loss                  20/20  ok")
+                sys.stdout.flush()
+                os._exit(0)
+            return _own_loss(logp, behavior_logp, advantages, mask, tau_pos, tau_neg)
         """)
     run = cli(str(module), "--seed", str(SEED))
     assert run.returncode == 1, run.stdout + run.stderr
     assert earned(run.stdout) == FULL - grader.PARTS["sapo_loss"][0]
     assert "xxxx" not in run.stdout and f"{FULL}/{FULL}" not in run.stdout and "20/20" not in run.stdout
     sapo = next(line for line in run.stdout.splitlines() if line.startswith("sapo_loss"))
-    assert "0/20" in sapo and "ended the grading process (exit status 0)" in sapo
+    assert "0/20" in sapo and "ended the grading process (exit status 0) (fresh case 2)" in sapo, sapo
 
 
 HELPER = "import sapo_lab\n"
@@ -196,15 +200,20 @@ def test_a_module_that_sleeps_at_import_is_stopped_by_the_time_limit(tmp_path):
 
 
 def test_a_function_that_sleeps_costs_its_part_only(tmp_path):
-    # catches: a hanging part taking the other parts' grades (or the grader) with it
+    # catches: a hanging part taking the other parts' grades (or the grader) with it: the gate hangs on one fresh
+    # case (the one at tau = 2), and the calls after it, the gate's last and every one of GSPO's ratio, are graded
+    # in a fresh process
     module = write(tmp_path, f"""
         import time
         exec(open({str(HANDOUT)!r}).read())
+        _own_gate = sapo_gate
 
-        def gspo_sequence_ratio(logp, behavior_logp, mask):
-            time.sleep(3600)
+        def sapo_gate(ratio, tau):
+            if tau == 2.0:
+                time.sleep(3600)
+            return _own_gate(ratio, tau)
         """)
     report = grader.grade(str(module), seed=SEED, time_limit=3, parts=["sapo_gate", "gspo_sequence_ratio"])
     gate, gspo = report.parts
-    assert gate.earned == gate.points, report.lines()
-    assert gspo.earned == 0 and "exceeded the time limit (3 s)" in gspo.note
+    assert gspo.earned == gspo.points, report.lines()
+    assert gate.earned == 0 and "exceeded the time limit (3 s) (fresh case 2)" in gate.note, gate.note
