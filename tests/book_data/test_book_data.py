@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _fake_source import git, source_repository
 
 from sapo_lab import book_data
 from sapo_lab.evidence.results import results_root
@@ -79,33 +80,11 @@ FILES = {
 }
 
 
-def _git(cwd, *args):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
 @pytest.fixture
 def source(tmp_path, monkeypatch):
-    """A repository holding FILES and their manifest; the chapter 'ch' reads study a only."""
-    repo = tmp_path / "source"
-    for path, data in FILES.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_bytes(data)
-    lines = "".join(f"{hashlib.sha256(d).hexdigest()} {len(d)} {p}\n" for p, d in sorted(FILES.items()))
-    manifest = ("# header\n" + lines).encode()
-    (repo / book_data.MANIFEST).write_bytes(manifest)
-    _git(tmp_path, "init", "-q", "-b", "main", str(repo))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "data")
-    monkeypatch.setattr(book_data, "MANIFEST_SHA256", hashlib.sha256(manifest).hexdigest())
-    monkeypatch.setattr(book_data, "CHAPTERS", {"ch": ("results/a/*",)})
-    monkeypatch.setattr(book_data, "BATCH_BYTES", 4000)   # several batches, as a large chapter has
-    monkeypatch.setenv("SAPO_LAB_REPOSITORY", str(repo))
-    monkeypatch.setenv("SAPO_LAB_CACHE", str(tmp_path / "cache"))
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    monkeypatch.chdir(empty)
-    return repo
+    """A repository holding FILES and their manifest; the chapter 'ch' reads study a only, in several batches
+    (as a large chapter is fetched)."""
+    return source_repository(tmp_path, monkeypatch, FILES, batch_bytes=4000)
 
 
 def test_a_chapter_alone_fetches_exactly_its_files_checked_and_results_root_finds_them(source, capsys):
@@ -149,7 +128,7 @@ def test_an_unreachable_source_fails_in_one_line_naming_it(source, monkeypatch):
 
 def test_data_from_another_version_fails_its_check(source):
     (source / "results/a/study.json").write_bytes(b"{}\n")   # changed, manifest not rewritten
-    _git(source, "commit", "-q", "-am", "edit")
+    git(source, "commit", "-q", "-am", "edit")
     with pytest.raises(book_data.BookDataError, match="does not match its SHA-256"):
         book_data.chapter_data("ch")
 

@@ -2,13 +2,12 @@
 blob, or in the cached manifest itself is caught, and an scp-style git source is not read as a path.
 
 Each damaged file here keeps its size, so a check on the size alone (the easy shortcut) passes it; the expected
-bytes are the source repository's own, written by this file's fixture, never read back through ``book_data``.
+bytes are the source repository's own, written by the fixture (tests/_fake_source.py),
+never read back through ``book_data``.
 """
 
-import hashlib
-import subprocess
-
 import pytest
+from _fake_source import git, manifest_bytes, source_repository
 
 from sapo_lab import book_data
 
@@ -21,16 +20,6 @@ FILES = {
 CHAPTER_FILES = ["experiments/a.json", "results/a/runs/r0/metrics.jsonl", "results/a/study.json"]
 
 
-def _git(cwd, *args):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def _manifest(files: dict) -> bytes:
-    lines = "".join(f"{hashlib.sha256(d).hexdigest()} {len(d)} {p}\n" for p, d in sorted(files.items()))
-    return ("# test manifest\n" + lines).encode()
-
-
 def _one_byte_changed(data: bytes) -> bytes:
     """The same length, one byte different: only a digest tells them apart."""
     changed = data.replace(b"s", b"S", 1) if b"s" in data else data.replace(b"1", b"7", 1)
@@ -41,23 +30,7 @@ def _one_byte_changed(data: bytes) -> bytes:
 @pytest.fixture
 def source(tmp_path, monkeypatch):
     """A source repository holding FILES and their manifest, pinned; the chapter 'ch' reads study a."""
-    repo = tmp_path / "source"
-    for path, data in FILES.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_bytes(data)
-    manifest = _manifest(FILES)
-    (repo / book_data.MANIFEST).write_bytes(manifest)
-    _git(tmp_path, "init", "-q", "-b", "main", str(repo))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "data")
-    monkeypatch.setattr(book_data, "MANIFEST_SHA256", hashlib.sha256(manifest).hexdigest())
-    monkeypatch.setattr(book_data, "CHAPTERS", {"ch": ("results/a/*",)})
-    monkeypatch.setenv("SAPO_LAB_REPOSITORY", str(repo))
-    monkeypatch.setenv("SAPO_LAB_CACHE", str(tmp_path / "cache"))
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    monkeypatch.chdir(empty)
-    return repo
+    return source_repository(tmp_path, monkeypatch, FILES)
 
 
 def test_a_cached_file_changed_in_one_byte_at_the_same_size_is_fetched_again(source, capsys):
@@ -76,7 +49,7 @@ def test_a_fetched_blob_changed_in_one_byte_at_the_same_size_is_refused(source):
     # catches a fetched blob accepted on its size: the source's data changed, its manifest did not
     path = "results/a/study.json"
     (source / path).write_bytes(_one_byte_changed(FILES[path]))
-    _git(source, "commit", "-q", "-am", "same size, other bytes")
+    git(source, "commit", "-q", "-am", "same size, other bytes")
     with pytest.raises(book_data.BookDataError, match="study.json .*does not match its SHA-256") as failure:
         book_data.chapter_data("ch")
     assert "\n" not in str(failure.value)
@@ -90,13 +63,13 @@ def test_a_cached_manifest_that_is_not_the_pinned_one_is_not_trusted(source, cap
     path = "results/a/study.json"
     tampered = {**FILES, path: _one_byte_changed(FILES[path])}
     (root / path).write_bytes(tampered[path])
-    (root / book_data.MANIFEST).write_bytes(_manifest(tampered))
+    (root / book_data.MANIFEST).write_bytes(manifest_bytes(tampered))
     capsys.readouterr()
     book_data.chapter_data("ch")
     said = capsys.readouterr().out
     assert "already in" not in said and "fetching 1 of its 3 files" in said
     assert (root / path).read_bytes() == FILES[path]
-    assert (root / book_data.MANIFEST).read_bytes() == _manifest(FILES)   # the pinned manifest is back
+    assert (root / book_data.MANIFEST).read_bytes() == manifest_bytes(FILES)   # the pinned manifest is back
 
 
 def test_every_file_of_a_fresh_fetch_is_the_sources_bytes(source):
