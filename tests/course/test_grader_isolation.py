@@ -9,14 +9,16 @@ so each attempt ends with exit 2 (one line) or a part that earns nothing.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from sapo_lab.cli import main
 from sapo_lab.course import grader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +27,16 @@ SEED = 7
 FULL = sum(points for points, _ in grader.PARTS.values())
 
 
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "sapo_lab", "grade", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout)
+def cli(*args):
+    """The exit status, stdout and stderr of ``python -m sapo_lab grade ARGS``, run in this process (the student's
+    code runs in the grader's child processes, as it does under the command)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(["grade", *args])
+        except SystemExit as exc:
+            status = exc.code
+    return SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def write(tmp_path, text: str, name: str = "submission.py") -> Path:
