@@ -13,8 +13,8 @@ NB_PAR ?= -n 2 --dist loadfile
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.
 ONE_THREAD := OMP_NUM_THREADS=1
 
-.PHONY: venv static book book-html lint unit nbval student browser test train clean min-test trl-test conformance \
-	colab-test
+.PHONY: venv static book book-html book-then-browser lint unit nbval student browser test train clean min-test trl-test \
+	conformance colab-test
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,10 +55,13 @@ browser: venv
 
 # Both cores stay busy: the book build executes its chapters one after another (-W: a cell that raises, an
 # assert included, fails the build), so it runs beside the unit tests (two pytest workers); the browser test
-# reads the built book. nbval runs each chapter alone in an empty folder in CI's Colab-like leg
-# (tools/ci_colab.sh), and over every notebook here with `make nbval`.
+# reads the built book and starts as soon as it is built, beside whatever unit tests are left. nbval runs each
+# chapter alone in an empty folder in CI's Colab-like leg (tools/ci_colab.sh), and over every notebook here
+# with `make nbval`.
 test: lint static
-	$(MAKE) -j2 --output-sync=target book-html unit student
+	$(MAKE) -j2 --output-sync=target book-then-browser unit student
+
+book-then-browser: book-html
 	$(MAKE) browser
 
 # Compatibility leg: the lowest versions pyproject.toml declares (constraints-min.txt), installed
