@@ -98,12 +98,16 @@ def test_a_module_that_hands_back_the_frozen_outputs_earns_nothing(tmp_path):
 
 
 def test_a_module_that_reads_the_frozen_outputs_file_is_refused(tmp_path):
-    # catches: the frozen outputs readable from the student's process
-    module = write(tmp_path, f"""
-        import json
-        FROZEN = json.load(open({str(grader.EXPECTED)!r}))
-        """)
-    assert str(grader.EXPECTED) in refusal(module)
+    # catches: the frozen outputs readable from the student's process, by their path or through a link to them
+    # (a guard that compares the path as given, not the file it leads to)
+    link = tmp_path / "frozen.json"
+    link.symlink_to(grader.EXPECTED)
+    for path in (grader.EXPECTED, link):
+        module = write(tmp_path, f"""
+            import json
+            FROZEN = json.load(open({str(path)!r}))
+            """)
+        assert str(grader.EXPECTED) in refusal(module), path
 
 
 def test_a_module_that_patches_the_graders_comparison_gains_nothing(tmp_path):
