@@ -151,6 +151,27 @@ def test_inside_a_checkout_nothing_is_fetched(source, monkeypatch, tmp_path):
     assert not book_data.cache_root().exists()
 
 
+def test_every_url_form_reaches_git_as_given(monkeypatch):
+    # catches: a file:// source taken for a local path (only https:// recognised as a URL): the module's docstring
+    # and the README promise a file:// URL works; read as a path it becomes file:///CWD/file:/... and fails
+    for url in ("file:///srv/clone", "http://example.org/fork.git", "ssh://git@example.org/fork.git",
+                "git@example.org:owner/fork.git"):
+        monkeypatch.setenv("SAPO_LAB_REPOSITORY", url)
+        assert book_data.source() == (url, None)
+
+
+def test_a_folder_with_only_one_of_results_and_experiments_is_not_a_checkout(source, monkeypatch, tmp_path):
+    # catches: a folder with results/ alone taken for a checkout ("and" read as "or"): a Colab folder where the
+    # reader keeps results/ of their own would be read as the repository and the chapter would find none of its data
+    for only in ("results", "experiments"):
+        work = tmp_path / f"only-{only}"
+        (work / only).mkdir(parents=True)
+        monkeypatch.chdir(work)
+        assert book_data.repository_root() is None
+        assert book_data.chapter_data("ch") == book_data.cache_root()
+        assert (book_data.cache_root() / "results/a/study.json").read_bytes() == FILES["results/a/study.json"]
+
+
 def test_source_forms():
     env = {"SAPO_LAB_REPOSITORY": ""}
     with pytest.MonkeyPatch.context() as m:

@@ -133,3 +133,38 @@ def test_landing_page_and_closing_display_the_generated_headline(results, monkey
     assert headline in shown
     # the capture itself: a cell showing another sentence is not taken for the headline
     assert headline not in _displayed_by('display(Markdown("SAPO finished above GRPO."))', monkeypatch, {})
+
+
+def test_step_size_story_counts_rollout_steps_whose_mean_norm_exceeds_the_clip():
+    # catches: the clip share read from the largest norm instead of the mean (both of these planted rows have a
+    # largest norm above 1, only the second a mean above it: 1 of 2, not 2 of 2)
+    from types import SimpleNamespace
+
+    from sapo_lab.evidence.confirmatory import step_size_story
+
+    rows = [{"optim/grad_norm": 0.8, "optim/grad_norm_max": 1.5, "losses/approx_kl": 0.01},
+            {"optim/grad_norm": 1.2, "optim/grad_norm_max": 2.0, "losses/approx_kl": 0.03}]
+    run = SimpleNamespace(config={"optimization": {"max_grad_norm": 1.0, "steps_per_generation": 4}}, rows=rows)
+    study = SimpleNamespace(name="planted", select=lambda method: [run])
+    story = step_size_story(study, methods=("sapo",))["sapo"]
+    assert story.mean_above == 0.5
+    # second row: 4 x 1.2 <= (4 - k) x 1 + k x 2.0 needs k >= 0.8, so at least 1 of the 8 updates was clipped
+    assert story.clipped_at_least == pytest.approx(1 / 8)
+    assert story.approx_kl == pytest.approx(0.02)
+    assert (story.rollout_steps, story.minibatches, story.max_grad_norm) == (2, 4, 1.0)
+
+
+def test_tuning_caveats_rank_each_pick_among_its_arms_settings_on_eval():
+    # catches: the eval rank counted from the worst setting (sorted without reverse); the rank is worked out here
+    # from each run's recorded final Pass@1: 1 + the settings of the arm whose seed mean is higher than the pick's
+    import statistics
+
+    from sapo_lab.evidence.confirmatory import tuning_caveats
+
+    study = load_study("confirm_addition")
+    caveats = tuning_caveats(study)
+    for arm, settings in caveats.grids.items():
+        means = {m: statistics.mean(r.record["final_pass1"] for r in study.select(m)) for m in settings}
+        pick = caveats.chosen[arm]
+        assert caveats.eval_rank[arm] == 1 + sum(v > means[pick] for v in means.values())
+    assert set(caveats.eval_rank.values()) != {2}  # the committed ranks tell the best from the worst

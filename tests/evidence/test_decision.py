@@ -92,6 +92,14 @@ def test_a_fresh_seed_repeat_says_when_it_missed_the_original_level():
     assert "and reached the level of the original" in reached
 
 
+def test_a_repeat_is_not_said_to_miss_a_level_its_original_did_not_reach_either():
+    # catches: "the fresh-seed repeat did not" though the original did not reach the level either (the original's
+    # reject dropped from the condition): neither reached it, so there is no miss to report
+    original = replace(_row("Q1", BELOW, study="confirm_addition", reject=False), seeds=tuple(range(10, 20)))
+    repeat = _row("G4c", BELOW, family="staleness", reject=False, replicates="Q1")
+    assert reading(repeat, original) == "declared: below zero before adjustment, not after"
+
+
 # ---------------------------------------------------------------- every declared answer said
 
 

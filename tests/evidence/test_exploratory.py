@@ -86,6 +86,18 @@ def test_the_declared_slope_and_a_shorter_one_recomputed(study, settings):
         assert got.declared is declared and got.comparison.t_interval == pytest.approx(_interval(slopes), abs=1e-12)
 
 
+def test_a_slopes_largest_gap_is_the_largest_absolute_cell_mean_recomputed(study, settings):
+    # catches: the slope's largest gap without abs() (at lr 2e-4 every cell's mean gap is negative, so the plain
+    # maximum would be the gap nearest zero); recomputed from the records, as the largest |mean SAPO - GRPO|
+    seeds = study.declaration["seeds"]
+    ms = (2, 4, 8, 16)
+    means = [np.mean([_record(f"sapo_lr2e-4_M{m}_seed{s}")["final_pass1"]
+                      - _record(f"grpo_lr2e-4_M{m}_seed{s}")["final_pass1"] for s in seeds]) for m in ms]
+    assert min(means) < 0 and max(means, key=abs) < 0   # the committed gaps this test relies on
+    got = exploratory.slope_at(study, settings, learning_rate=2e-4, staleness=ms)
+    assert got.largest_gap == pytest.approx(max(abs(g) for g in means), abs=1e-12)
+
+
 def test_a_slope_needs_three_complete_cells(study, settings):
     with pytest.raises(ValueError, match="three or more complete cells"):
         exploratory.slope_at(study, settings, learning_rate=2e-4, staleness=(2, 4))
@@ -141,6 +153,26 @@ def test_provenance_recomputed_from_the_environment_record(study):
     assert len(got.unrecorded_runs) == len({p.name for p in RUNS.iterdir()} - accounted)
     text = got.sentence()
     assert f"{got.dirty_training_invocations} of those ran from a tree with uncommitted" in text
+
+
+def test_an_invocation_that_only_resumed_runs_counts_as_training():
+    # catches: a resumed invocation not counted as training (only "started" read): the committed record has no
+    # invocation that resumed without also starting a run, so this one is planted. The second invocation only
+    # resumes r2 and r3, from a dirty tree; the third skips everything.
+    from types import SimpleNamespace
+
+    invocations = [{"actions": {"r1": "started", "r2": "started"}, "git_commit": "aaaaaaa111", "git_dirty": False},
+                   {"actions": {"r1": "skipped", "r2": "resumed", "r3": "resumed"}, "git_commit": "bbbbbbb222",
+                    "git_dirty": True},
+                   {"actions": {"r1": "skipped", "r2": "skipped", "r3": "skipped"}, "git_commit": "ccccccc333",
+                    "git_dirty": True}]
+    walls = {"r1": [{"action": "started"}], "r2": [{"action": "started"}, {"action": "resumed"}],
+             "r3": [{"action": "resumed"}]}
+    study = SimpleNamespace(environment={"invocations": invocations},
+                            runs=[SimpleNamespace(run_id=r) for r in walls],
+                            folder=SimpleNamespace(run=lambda r: SimpleNamespace(read_wall=lambda: walls[r])))
+    got = exploratory.provenance(study)
+    assert got == exploratory.Provenance(3, 2, 1, ["aaaaaaa", "bbbbbbb+"], ["r2", "r3"], [], 3)
 
 
 def test_provenance_sentence_follows_its_counts():

@@ -167,6 +167,16 @@ def test_a_side_that_holm_does_not_keep_says_so(monkeypatch, settings):
     assert "SAPO below GRPO before Holm's adjustment" in line and "does not reach" in line
 
 
+def test_a_family_member_holding_zero_is_not_said_to_lose_a_side_to_holm(monkeypatch, settings):
+    # catches: "before Holm's adjustment" added to an interval holding zero (the side test dropped): a family member
+    # whose interval crosses zero has no side to lose; only one below zero that Holm does not keep gets the words
+    across = _entry("G4a", ACROSS, family="staleness", **G1)
+    across.update(p_adjusted=0.9, reject=False)
+    (line,) = _bullets(monkeypatch, settings, [across])
+    assert "no difference detected, Holm-adjusted p = 0.9; does not reach the declared level." in line
+    assert "before Holm" not in line
+
+
 def test_pending_questions_say_so(monkeypatch, settings):
     (line,) = _bullets(monkeypatch, settings, [{"id": "G5", "status": "pending: 3 of 10", "comparison": None, **G5}])
     assert "not yet complete (pending: 3 of 10)" in line

@@ -37,6 +37,13 @@ def test_sign_test_is_exact_and_drops_ties():
     assert P.sign_test([0.0, 0.0]) == 1.0
 
 
+@pytest.mark.parametrize("diffs", [[0.1, -0.2], [0.3, -0.1, 0.2, -0.4], [0.1, -0.1, 0.0, 0.2, -0.3, 0.0]])
+def test_sign_test_with_as_many_pairs_above_as_below_has_p_one(diffs):
+    # catches: sign test p not capped at 1 (twice the tail of an even split is above 1: 1.5 for one pair each side)
+    above, below = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    assert P.sign_test(diffs) == stats.binomtest(above, above + below).pvalue == 1.0
+
+
 def test_permutation_test_exact_and_monte_carlo():
     # exact enumeration against scipy; the Monte Carlo branch must agree within its sampling error
     ref = stats.permutation_test((np.array(DIFFS),), np.mean, permutation_type="samples", n_resamples=np.inf).pvalue

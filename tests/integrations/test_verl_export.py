@@ -286,6 +286,16 @@ def test_the_epochs_cover_max_steps_and_no_more():
     assert ov["trainer.total_epochs"] == 3 and ov["trainer.total_training_steps"] == 600
 
 
+@pytest.mark.parametrize(("epsilon_high", "high"), [(None, 0.2), (0.28, 0.28)])
+def test_the_clips_upper_side_is_epsilon_high_when_set_else_epsilon(epsilon_high, high):
+    # catches: clip_ratio_high written as epsilon even when epsilon_high is set (an asymmetric clip, DAPO's
+    # clip-higher, exported as a symmetric one); unset, the upper side is epsilon, written explicitly
+    cfg = load_config("cpu-tiny", {"loss.loss_type": "grpo", "loss.epsilon": 0.2, "loss.epsilon_high": epsilon_high,
+                                   "max_train_time_s": 0})
+    ov = m.overrides(cfg)
+    assert (ov["actor_rollout_ref.actor.clip_ratio_low"], ov["actor_rollout_ref.actor.clip_ratio_high"]) == (0.2, high)
+
+
 @pytest.mark.parametrize(("eval_temperature", "sample", "temperature"), [(0, False, 0), (0.5, True, 0.5), (None, True, 1.0)])
 def test_validation_samples_at_the_eval_temperature(eval_temperature, sample, temperature):
     # catches the rollout temperature (1.0) sent to verl's validation when evaluation.eval_temperature is set,

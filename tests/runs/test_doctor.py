@@ -387,3 +387,35 @@ def test_the_map_line_labels_the_interval_with_the_declared_level(gate_map, runs
     assert alpha == 0.05
     head = map_lines("gate active", diagnose(read_run(runs["active"])).numbers["signal_removed_median"], gate_map)[0]
     assert "(95% t interval, " in head and "(5% t interval" not in head, head
+
+
+def _sapo_lab_run(folder, loss_type, entropy=(1.0, 1.0, 1.0, 1.0)):
+    """A sapo_lab run folder written by hand: an active gate (5% of the signal removed) at every step."""
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"loss": {"loss_type": loss_type, "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05},
+                   "optimization": {"steps_per_generation": 4, "learning_rate": 2e-4}}, f)
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        for step, e in enumerate(entropy, start=1):
+            f.write(json.dumps({"step": step, "ratio/max_abs_log_ratio": 0.1, "ratio/q01": 0.95, "ratio/q99": 1.05,
+                                "losses/signal_removed_frac": 0.05, "rollout/entropy_mean": e,
+                                "rollout/reward_mean": 0.5, "rollout/zero_advantage_group_frac": 0.1}) + "\n")
+    return read_run(str(folder))
+
+
+def test_every_sapo_variant_keeps_its_gate_and_only_the_clips_are_told_otherwise(tmp_path):
+    # catches: a directional SAPO run told its gate is a clip (the note keyed on loss_type == "sapo" exactly):
+    # sapo_directional gates with SAPO's sigmoid too; gspo's kernel is a clip and gets the note
+    for loss_type, told in (("sapo", False), ("sapo_directional", False), ("gspo", True), ("grpo", True)):
+        log = _sapo_lab_run(tmp_path / loss_type, loss_type)
+        lines = report(log, diagnose(log))
+        assert lines[0] == "verdict: gate active"
+        assert any(f"loss_type {loss_type}: its 'gate' is the kernel" in line for line in lines) is told, loss_type
+
+
+def test_entropy_collapse_is_a_fraction_of_the_first_quarter_not_an_absolute_level(tmp_path):
+    # catches: entropy collapse compared with the bare fraction 0.1 instead of 0.1 x the first quarter's entropy:
+    # from 2.0 to 0.15 is under a tenth (0.2) of where it started, from 2.0 to 0.25 is not
+    fell = diagnose(_sapo_lab_run(tmp_path / "fell", "sapo", entropy=(2.0, 2.0, 2.0, 0.15)))
+    held = diagnose(_sapo_lab_run(tmp_path / "held", "sapo", entropy=(2.0, 2.0, 2.0, 0.25)))
+    assert [s.split()[0] for s in fell.collapse_signs] == ["entropy"] and held.collapse_signs == []

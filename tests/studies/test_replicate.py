@@ -66,6 +66,29 @@ def test_the_verdict_rule_on_each_side():
     assert verdict(committed, _cmp(-0.15, -0.2, -0.124), False) == "consistent"
 
 
+def test_each_side_reaches_the_level_by_its_own_p(monkeypatch):
+    # catches: "here reaches the level" read from the committed p: a committed answer below alpha and a
+    # replication above it must report yes for the committed and no for this machine
+    from types import SimpleNamespace
+
+    from sapo_lab.evidence.paired import compare
+    from sapo_lab.studies import replicate
+
+    below = compare({s: (0.4 + 0.01 * s, 0.5) for s in range(10)}, "sapo", "grpo")   # p far below 0.05
+    across = compare({s: (0.5 + (0.05 if s % 2 else -0.04), 0.5) for s in range(10)}, "sapo", "grpo")
+    assert below.t_p < 0.05 < across.t_p
+    committed = SimpleNamespace(name="tiny", path="committed", declaration={"analysis": {"alpha": 0.05}})
+    replicated = SimpleNamespace(path="here", runs=[])
+    answers = {"committed": below, "here": across}
+    monkeypatch.setattr(replicate, "answer", lambda study, q: {"comparison": answers[study.path],
+                                                                "p": answers[study.path].t_p})
+    monkeypatch.setattr(replicate, "producer_kernels", lambda path: ({"k1"}, set()))
+    question = replicate.Question("tiny", "Q1", "Does SAPO differ from GRPO?", ("sapo", "grpo"), {})
+    record = replicate.conclude(committed, replicated, question, "k2")
+    assert (record.committed_reaches_level, record.here_reaches_level) == (True, False)
+    assert "  p < 0.05: committed yes, here no" in record.lines()
+
+
 def test_questions_are_found_and_others_refused_in_one_line():
     confirm = load_study("confirm_addition")
     q1 = find_question(confirm, "Q1")
