@@ -33,7 +33,8 @@ NOT_TRAINING = ("test_book", "test_docs", "test_student", "test_plots", "test_br
 
 
 def copy_tree(dest: str) -> None:
-    """The working tree's files as they are now (tracked ones and new ones git does not ignore) under ``dest``."""
+    """The working tree's files as they are now (tracked ones and new ones git does not ignore) under ``dest``,
+    committed there."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
@@ -41,6 +42,10 @@ def copy_tree(dest: str) -> None:
         if os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
             shutil.copy2(src, os.path.join(dest, rel))
+    # a repository of its own, committed: the manifest check (tools/book_data_manifest.py) reads HEAD
+    git = ["git", "-c", "user.name=mutations", "-c", "user.email=mutations@localhost", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the working tree"]):
+        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
 
 
 def make_interpreter(tree: str) -> str:
