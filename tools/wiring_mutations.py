@@ -922,4 +922,9 @@ MUTATIONS = [
              'else cfg.loss.epsilon}),',
              'tests/integrations/test_verl_export.py::test_the_clips_upper_side_is_epsilon_high_when_set_else_epsilon',
              new_test=True),
+    Mutation('cs336: a cliprange of exactly 1 handed to sapo_lab as the lower epsilon', 'assignment/cs336_adapters.py',
+             '    if cliprange < 1:',
+             '    if cliprange <= 1:',
+             'tests/course/test_cs336_adapters.py::test_a_cliprange_of_one_or_more_clips_on_the_upper_side_only',
+             new_test=True),
 ]

@@ -296,3 +296,14 @@ def test_the_courses_stored_arrays_when_a_checkout_is_given(monkeypatch, edition
         stored = dict(np.load(folder / f"{name}.npz"))
         for key, value in arrays.items():
             np.testing.assert_allclose(value.detach().numpy(), stored[key], rtol=1e-4, atol=1e-2, err_msg=name)
+
+
+@pytest.mark.parametrize("cliprange", [0.99, 1.0, 1.5, 10.0])
+def test_a_cliprange_of_one_or_more_clips_on_the_upper_side_only(monkeypatch, cliprange):
+    # catches: the boundary of the lower-epsilon stand-in moved (cliprange 1 handed to sapo_lab, which requires
+    # eps_low < 1 and raises), so a course value of exactly 1 fails; the expected loss is the definition written out
+    a = load(monkeypatch, "2026")
+    x = inputs()
+    A, logp, old = x["rewards"], x["logp"], x["old"]
+    grpo, _ = a.run_compute_policy_gradient_loss(A, logp, "grpo", old_log_probs=old, cliprange=cliprange)
+    assert close(grpo, clipped(torch.exp(logp - old), A, cliprange))
