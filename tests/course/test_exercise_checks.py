@@ -9,10 +9,6 @@ check as the notebook has them. A check must fail on the stub (any error: the na
 and fail on a wrong answer with an AssertionError (not a crash: the wrong answer itself must run), so it
 catches the mistake it is registered for. Catches a check that passes on a value left from an earlier cell,
 a check that only tests a shape, and a wrong answer that is really right.
-
-The notebooks share one kernel (importing torch and sapo_lab once, not once a notebook: most of a notebook's
-time here). Each starts as a fresh kernel would: its namespace emptied, and the process-wide settings a notebook
-changes (torch's default dtype, its thread count, the working folder) put back as the kernel started with them.
 """
 
 from __future__ import annotations
@@ -57,41 +53,17 @@ def test_no_check_cell_is_hidden_from_the_student():
             assert not make_student.is_solution(cells[e.check]), f"{e.label}: its check is a solution cell"
 
 
-# what a fresh kernel has, put back before each notebook (the numbers are read from the kernel as it starts)
-STARTED = "import os, torch\nprint(os.getcwd(), torch.get_default_dtype(), torch.get_num_threads())"
-FRESH = """%reset -f
-import os as __exercise_os, torch as __exercise_torch
-__exercise_os.chdir({cwd!r})
-__exercise_torch.set_default_dtype(__exercise_torch.{dtype})
-__exercise_torch.set_num_threads({threads})
-del __exercise_os, __exercise_torch"""
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    """``(client, fresh)``: one kernel for this file's notebooks, and the cell that empties it for the next."""
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    client = NotebookClient(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")]), timeout=600,
-                            kernel_name="python3", resources={"metadata": {"path": str(BOOK)}})
-    with client.setup_kernel():
-        started = client.execute_cell(nbformat.v4.new_code_cell(STARTED), 0)
-        cwd, dtype, threads = started.outputs[0]["text"].split()
-        yield client, FRESH.format(cwd=cwd, dtype=dtype.removeprefix("torch."), threads=int(threads))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_solution(path, kernel):
+def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_solution(path):
     nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
     by_solution = {e.solution: e for e in exercises(path)}
     last = max(e.check for e in by_solution.values())
-    client, fresh = kernel
-    client.nb = nb
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}})
     problems = []
 
     def run(source):
@@ -102,25 +74,25 @@ def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_so
             return err.ename
         return None
 
-    assert run(fresh) is None
-    for index, cell in enumerate(nb.cells[: last + 1]):
-        if cell.cell_type != "code":
-            continue
-        ex = by_solution.get(index)
-        if ex is not None:
-            check = nb.cells[ex.check].source
-            variants = [("the stub", make_student.CODE_STUB, False)]
-            variants += [(f"wrong answer '{w['mistake']}'", w["source"], True) for w in ex.wrong]
-            assert run(SNAPSHOT) is None
-            for name, source, must_run in variants:
-                ran = run(source)
-                if must_run and ran is not None:
-                    problems.append(f"{ex.label}: {name} raises {ran} itself")
-                outcome = run(check)
-                if outcome is None:
-                    problems.append(f"{ex.label}: the check passes on {name}")
-                elif must_run and outcome != "AssertionError":
-                    problems.append(f"{ex.label}: the check crashes ({outcome}) on {name}")
-                assert run(RESTORE) is None
-        client.execute_cell(cell, index)  # the notebook's own cell: the solution and its check must pass
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells[: last + 1]):
+            if cell.cell_type != "code":
+                continue
+            ex = by_solution.get(index)
+            if ex is not None:
+                check = nb.cells[ex.check].source
+                variants = [("the stub", make_student.CODE_STUB, False)]
+                variants += [(f"wrong answer '{w['mistake']}'", w["source"], True) for w in ex.wrong]
+                assert run(SNAPSHOT) is None
+                for name, source, must_run in variants:
+                    ran = run(source)
+                    if must_run and ran is not None:
+                        problems.append(f"{ex.label}: {name} raises {ran} itself")
+                    outcome = run(check)
+                    if outcome is None:
+                        problems.append(f"{ex.label}: the check passes on {name}")
+                    elif must_run and outcome != "AssertionError":
+                        problems.append(f"{ex.label}: the check crashes ({outcome}) on {name}")
+                    assert run(RESTORE) is None
+            client.execute_cell(cell, index)  # the notebook's own cell: the solution and its check must pass
     assert not problems, "\n".join(problems)
