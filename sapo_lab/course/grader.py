@@ -597,7 +597,7 @@ class StudentLoss:
             if self.proc.poll() is not None:
                 raise self._ended()
             time.sleep(0.05)
-        self.close()
+        self.close(hung=True)
         raise StudentLossError(f"did not finish importing within the time limit ({self.call_limit:g} s)")
 
     def _read(self, n: int | None = None) -> bytes:
@@ -611,7 +611,7 @@ class StudentLoss:
                 return data
             left = deadline - time.monotonic()
             if left <= 0:
-                self.close()
+                self.close(hung=True)
                 raise StudentLossError(f"sapo_loss did not return within the time limit ({self.call_limit:g} s)")
             ready, _, _ = select.select([self._reply_read], [], [], left)
             if ready:
@@ -651,8 +651,9 @@ class StudentLoss:
         value = torch.tensor(reply["loss"], dtype=logp.dtype, device=logp.device)
         return value + (grad * (logp - logp.detach())).sum()
 
-    def close(self) -> None:
-        """End the student's process (and anything it started)."""
+    def close(self, hung: bool = False) -> None:
+        """End the student's process (and anything it started): given 5 s to leave once its pipes close, or
+        killed at once when ``hung`` (it let a time limit pass)."""
         for fd in (self._request_write, self._reply_read):
             try:
                 os.close(fd)
@@ -661,7 +662,7 @@ class StudentLoss:
         self._request_write = self._reply_read = -1
         if self.proc.poll() is None:
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=0 if hung else 5)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(self.proc.pid, 9)
