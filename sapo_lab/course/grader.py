@@ -323,8 +323,13 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
             })
     # One process after another, in the handout's dependency order: a process receives the plain answers only of
     # parts whose processes have already ended, so no answer it holds can reach the grading of its own part.
+    # A process that refused the module or saw it fail to import ends the grading: the checks below say why.
+    outcomes = []
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
-        outcomes = [_run_calls(request, Path(tmp) / f"p{i}", time_limit) for i, request in enumerate(requests)]
+        for i, request in enumerate(requests):
+            outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit))
+            if any(run.first("refused") or run.first("imported") is None for run in outcomes[-1][0]):
+                break
     runs = [run for process_runs, _ in outcomes for run in process_runs]
     for run in runs:
         refused = run.first("refused")
