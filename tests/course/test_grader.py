@@ -9,21 +9,18 @@ test_cs336_adapters.py. The hostile modules are in test_grader_isolation.py, the
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
-import io
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from _grade_cli import grade_in_process
 
-from sapo_lab.cli import main
 from sapo_lab.course import grader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,18 +40,6 @@ PLANTED = {
     "wrong_gspo_padding": ("gspo_sequence_ratio", "padding included in the mean log ratio"),
     "wrong_batch_advantages": ("update_loss", "advantages normalised over the whole batch instead of per group"),
 }
-
-
-def cli_here(*args):
-    """The exit status, stdout and stderr of ``python -m sapo_lab grade ARGS``, run in this process (the student's
-    code runs in the grader's child processes, as it does under the command)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(["grade", *args])
-        except SystemExit as exc:
-            status = exc.code
-    return SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def cli(*args):
@@ -81,10 +66,10 @@ def test_a_module_written_from_the_handout_gets_full_marks_and_exit_0():
 
 def test_a_module_that_wraps_sapo_lab_is_refused_unless_the_instructor_allows_it():
     # catches: the switch ignored (refused both ways, or allowed both ways)
-    refused = cli_here(str(WRAPS_LIBRARY), "--seed", str(SEED))
+    refused = grade_in_process(str(WRAPS_LIBRARY), "--seed", str(SEED))
     assert refused.returncode == 2 and refused.stdout == ""
     assert "imports sapo_lab" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    allowed = cli_here(str(WRAPS_LIBRARY), "--seed", str(SEED), "--allow-sapo-lab")
+    allowed = grade_in_process(str(WRAPS_LIBRARY), "--seed", str(SEED), "--allow-sapo-lab")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
 
 
@@ -107,7 +92,7 @@ def test_each_planted_mistake_loses_its_part_and_is_named(name):
 
 
 def test_a_planted_mistake_exits_1_through_the_command_line():
-    run = cli_here(str(MODULES / "wrong_clip_max.py"))
+    run = grade_in_process(str(MODULES / "wrong_clip_max.py"))
     assert run.returncode == 1
     assert "most likely mistake: max instead of min" in run.stdout
 

@@ -9,34 +9,19 @@ so each attempt ends with exit 2 (one line) or a part that earns nothing.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from _grade_cli import grade_in_process
 
-from sapo_lab.cli import main
 from sapo_lab.course import grader
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDOUT = ROOT / "tests" / "course" / "assignment_modules" / "from_handout.py"
 SEED = 7
 FULL = sum(points for points, _ in grader.PARTS.values())
-
-
-def cli(*args):
-    """The exit status, stdout and stderr of ``python -m sapo_lab grade ARGS``, run in this process (the student's
-    code runs in the grader's child processes, as it does under the command)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(["grade", *args])
-        except SystemExit as exc:
-            status = exc.code
-    return SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def write(tmp_path, text: str, name: str = "submission.py") -> Path:
@@ -131,7 +116,7 @@ def test_a_module_that_patches_the_graders_comparison_gains_nothing(tmp_path):
 def test_a_module_that_exits_0_at_import_is_not_graded(tmp_path, leaves, says):
     # catches: the exit status taken from the student's process (0 = "all parts pass")
     module = write(tmp_path, leaves + "\n")
-    assert_refused(cli(str(module), "--seed", str(SEED)), says)
+    assert_refused(grade_in_process(str(module), "--seed", str(SEED)), says)
 
 
 def test_a_fake_report_printed_by_the_module_is_not_the_report(tmp_path):
@@ -152,7 +137,7 @@ def test_a_fake_report_printed_by_the_module_is_not_the_report(tmp_path):
                 os._exit(0)
             return _own_loss(logp, behavior_logp, advantages, mask, tau_pos, tau_neg)
         """)
-    run = cli(str(module), "--seed", str(SEED))
+    run = grade_in_process(str(module), "--seed", str(SEED))
     assert run.returncode == 1, run.stdout + run.stderr
     assert earned(run.stdout) == FULL - grader.PARTS["sapo_loss"][0]
     assert "xxxx" not in run.stdout and f"{FULL}/{FULL}" not in run.stdout and "20/20" not in run.stdout
