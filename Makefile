@@ -13,7 +13,7 @@ NB_PAR ?= -n 2 --dist loadfile
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.
 ONE_THREAD := OMP_NUM_THREADS=1
 
-.PHONY: venv static book book-html book-then-browser lint unit nbval student browser test train clean min-test trl-test \
+.PHONY: venv static book book-html book-then-browser lint unit nbval student browser lab test train clean min-test trl-test \
 	conformance colab-test
 
 $(STAMP): requirements.txt pyproject.toml
@@ -35,6 +35,10 @@ book-html: static
 
 book: book-html
 	@echo "Book: $(abspath _build/html/index.html)"
+
+# The chapters in JupyterLab, where the live explorers run (http://127.0.0.1:8888, printed with its token).
+lab: venv
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=book
 
 lint: venv
 	$(BIN)/ruff check .
