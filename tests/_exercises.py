@@ -2,7 +2,9 @@
 
 A coded exercise is a code cell tagged ``solution``; its check is the next cell tagged ``check`` before the
 next ``exercise-start``; its wrong answers are the solution cell's ``wrong_answers`` metadata, each a
-plausible mistake (``mistake``) and a replacement for the solution cell (``source``).
+plausible mistake (``mistake``), a replacement for the solution cell (``source``) and, optionally, a piece of the
+message the check must print on it (``message``: the mistake's name); its ``right_answers`` are other correct
+solutions (``why``: how it differs, ``source``), which the check must accept.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Exercise:
     solution: int  # cell index
     check: int | None
     wrong: list[dict] = field(default_factory=list)
+    right: list[dict] = field(default_factory=list)
 
 
 def _source(cell) -> str:
@@ -44,7 +47,8 @@ def exercises(path: Path) -> list[Exercise]:
                 if "check" in cells[j]["metadata"].get("tags", []):
                     check = j
                     break
-            found.append(Exercise(path.name, label, i, check, cell["metadata"].get("wrong_answers", [])))
+            found.append(Exercise(path.name, label, i, check, cell["metadata"].get("wrong_answers", []),
+                                  cell["metadata"].get("right_answers", [])))
     return found
 
 

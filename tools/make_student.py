@@ -4,8 +4,10 @@ A teacher notebook marks a coded solution with the cell tag ``solution`` and the
 ``check``; a written answer is a markdown cell tagged ``solution``. The student copy replaces each solution cell
 by a stub (code: "your code here" and ``raise NotImplementedError``; markdown: an empty answer) and leaves every
 other cell, checks included, byte for byte as it was, so students run the check to learn whether they are right.
-A solution cell's ``wrong_answers`` metadata (the plausible mistakes tests/course/test_exercise_checks.py runs each
-check against) stays in the teacher notebook only.
+A solution cell's ``wrong_answers`` and ``right_answers`` metadata (the plausible mistakes and the other correct
+formulations tests/course/test_exercise_checks.py runs each check against) and its ``stub`` (a function exercise's
+own stub: its signature and ``raise NotImplementedError``, which the check reports as "not done yet") stay in the
+teacher notebook only.
 
     python tools/make_student.py [OUTPUT_DIR]      # default: student/
 
@@ -23,6 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = "solution"
 WRONG_ANSWERS = "wrong_answers"
+RIGHT_ANSWERS = "right_answers"
+# A function exercise's own stub (its signature, docstring and ``raise NotImplementedError``): the check then
+# reports "not done yet" instead of failing, so the rest of the student notebook runs without the answer.
+STUB = "stub"
+TEACHER_ONLY = (WRONG_ANSWERS, RIGHT_ANSWERS, STUB)
 CODE_STUB = ("# Your code here: solve the exercise above, then run the check cell below.\n"
              'raise NotImplementedError("your code here")')
 TEXT_STUB = "**Your answer here.**"
@@ -33,7 +40,15 @@ def is_solution(cell: dict) -> bool:
 
 
 def is_stub(cell: dict) -> bool:
-    return is_solution(cell) and "".join(cell["source"]) in (CODE_STUB, TEXT_STUB)
+    text = "".join(cell["source"])
+    return is_solution(cell) and (text in (CODE_STUB, TEXT_STUB) or "raise NotImplementedError" in text)
+
+
+def stub_source(cell: dict) -> str:
+    """The stub that replaces a solution cell: the exercise's own (a function to fill in) or the generic one."""
+    if cell["cell_type"] != "code":
+        return TEXT_STUB
+    return cell.get("metadata", {}).get(STUB) or CODE_STUB
 
 
 def student_notebook(teacher: dict) -> dict:
@@ -41,9 +56,9 @@ def student_notebook(teacher: dict) -> dict:
     student = copy.deepcopy(teacher)
     for cell in student["cells"]:
         if is_solution(cell):
-            stub = CODE_STUB if cell["cell_type"] == "code" else TEXT_STUB
-            cell["source"] = stub.splitlines(keepends=True)
-            cell["metadata"].pop(WRONG_ANSWERS, None)
+            cell["source"] = stub_source(cell).splitlines(keepends=True)
+            for key in TEACHER_ONLY:
+                cell["metadata"].pop(key, None)
             if cell["cell_type"] == "code":
                 cell["outputs"], cell["execution_count"] = [], None
     return student

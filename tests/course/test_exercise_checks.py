@@ -1,14 +1,17 @@
-"""Every coded exercise's check grades: it fails on the student's stub and on each registered wrong answer,
-and passes on the solution.
+"""Every coded exercise's check grades the way a student meets it: "not done yet" on the stub, a pass on the
+solution and on every other right answer, and a failure naming the mistake on every registered wrong answer.
 
-The static test needs no kernel: every coded solution has a check cell and at least one wrong answer. The
-slow test executes each teacher notebook in a kernel, as nbval does, up to its last check. At each solution
-cell it snapshots the kernel's globals and, for the stub (``tools/make_student.py``'s) and for every wrong
-answer, runs that variant, then the check, then restores the snapshot; then it runs the solution and the
-check as the notebook has them. A check must fail on the stub (any error: the names are undefined or stale)
-and fail on a wrong answer with an AssertionError (not a crash: the wrong answer itself must run), so it
-catches the mistake it is registered for. Catches a check that passes on a value left from an earlier cell,
-a check that only tests a shape, and a wrong answer that is really right.
+The static tests need no kernel: every coded solution has a check cell and at least one wrong answer; each core
+chapter (2-10) has at least two coded exercises, 20 in all, each with two right answers besides the solution and
+two wrong answers whose message is registered; no assert in a check cell lacks a message. The slow test executes
+each teacher notebook in a kernel, as nbval does, up to its last check. At each solution cell it snapshots the
+kernel's globals and, for the stub (``tools/make_student.py``'s), every right answer and every wrong answer, runs
+that variant, then the check, then restores the snapshot; then it runs the solution and the check as the notebook
+has them. An exercise with its own stub must print "not done yet" and raise nothing (the student notebook goes on);
+the generic stub must fail. A wrong answer must run and then fail the check with an AssertionError or
+CheckFailed whose message holds the registered words. Catches a check that passes on a value left from an earlier
+cell, a check that only tests a shape, a wrong answer that is really right, a check that rejects a right answer
+written differently (float32, another formula, K = 2's equality case), and a message that names the wrong mistake.
 """
 
 from __future__ import annotations
@@ -46,6 +49,36 @@ def test_every_coded_exercise_has_a_check_and_a_registered_wrong_answer():
             assert set(w) == {"mistake", "source"} and w["mistake"] and w["source"].strip(), e.label
 
 
+CORE = tuple(f"{n:02d}_" for n in range(2, 11))
+
+
+def test_every_core_chapter_has_two_coded_exercises_each_tried_with_right_and_wrong_answers():
+    """Catches a core chapter left without practice, and an exercise whose check was never tried on another right
+    answer or on a named mistake."""
+    core = [e for e in ALL if e.notebook.startswith(CORE)]
+    per_chapter = {prefix: sum(e.notebook.startswith(prefix) for e in core) for prefix in CORE}
+    assert all(n >= 2 for n in per_chapter.values()), per_chapter
+    assert len(core) >= 20, len(core)
+    thin = [f"{e.notebook} {e.label}: {len(e.right)} right, {len([w for w in e.wrong if w.get('message')])} named"
+            for e in core if len(e.right) < 2 or len([w for w in e.wrong if w.get("message")]) < 2]
+    assert not thin, thin
+
+
+def test_no_assert_in_a_check_cell_lacks_a_message():
+    """A bare ``assert x`` prints only "AssertionError": the student learns that something is wrong, never what."""
+    import ast
+
+    bare = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code" or "check" not in cell["metadata"].get("tags", []):
+                continue
+            tree = ast.parse("".join(cell["source"]))
+            bare += [f"{path.name} cell {i} line {node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Assert) and node.msg is None]
+    assert not bare, bare
+
+
 def test_no_check_cell_is_hidden_from_the_student():
     for p in NOTEBOOKS:
         cells = json.loads(p.read_text())["cells"]
@@ -67,12 +100,14 @@ def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_so
     problems = []
 
     def run(source):
-        """None when ``source`` runs, else the exception's name."""
+        """(None, output text) when ``source`` runs, else (the exception's name, its message)."""
+        cell = nbformat.v4.new_code_cell(source)
         try:
-            client.execute_cell(nbformat.v4.new_code_cell(source), 0)
+            client.execute_cell(cell, 0)
         except CellExecutionError as err:
-            return err.ename
-        return None
+            return err.ename, str(err.evalue)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        return None, text
 
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells[: last + 1]):
@@ -81,18 +116,38 @@ def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_so
             ex = by_solution.get(index)
             if ex is not None:
                 check = nb.cells[ex.check].source
-                variants = [("the stub", make_student.CODE_STUB, False)]
-                variants += [(f"wrong answer '{w['mistake']}'", w["source"], True) for w in ex.wrong]
-                assert run(SNAPSHOT) is None
-                for name, source, must_run in variants:
-                    ran = run(source)
-                    if must_run and ran is not None:
-                        problems.append(f"{ex.label}: {name} raises {ran} itself")
-                    outcome = run(check)
+                stub = make_student.stub_source(nb.cells[index])
+                assert run(SNAPSHOT)[0] is None
+                # the student's stub: an exercise with its own stub says "not done yet" and lets the notebook go on;
+                # the generic stub raises, so its check cannot pass
+                run(stub)
+                outcome, text = run(check)
+                if stub != make_student.CODE_STUB:
+                    if outcome is not None or "not done yet" not in text:
+                        problems.append(f"{ex.label}: the check on the stub gives {outcome or text!r}, "
+                                        "not 'not done yet'")
+                elif outcome is None:
+                    problems.append(f"{ex.label}: the check passes on the stub")
+                assert run(RESTORE)[0] is None
+                for right in ex.right:
+                    ran, err = run(right["source"])
+                    outcome, text = run(check) if ran is None else (ran, err)
+                    if outcome is not None:
+                        problems.append(f"{ex.label}: the right answer '{right['why']}' is rejected: {outcome}: "
+                                        f"{text}")
+                    assert run(RESTORE)[0] is None
+                for w in ex.wrong:
+                    ran, err = run(w["source"])
+                    if ran is not None:
+                        problems.append(f"{ex.label}: wrong answer '{w['mistake']}' raises {ran} itself: {err}")
+                    outcome, text = run(check)
                     if outcome is None:
-                        problems.append(f"{ex.label}: the check passes on {name}")
-                    elif must_run and outcome != "AssertionError":
-                        problems.append(f"{ex.label}: the check crashes ({outcome}) on {name}")
-                    assert run(RESTORE) is None
+                        problems.append(f"{ex.label}: the check passes on wrong answer '{w['mistake']}'")
+                    elif outcome not in ("AssertionError", "CheckFailed"):
+                        problems.append(f"{ex.label}: the check crashes ({outcome}) on '{w['mistake']}'")
+                    elif w.get("message") and w["message"] not in text:
+                        problems.append(f"{ex.label}: on '{w['mistake']}' the check says {text!r}, without "
+                                        f"{w['message']!r}")
+                    assert run(RESTORE)[0] is None
             client.execute_cell(cell, index)  # the notebook's own cell: the solution and its check must pass
     assert not problems, "\n".join(problems)
