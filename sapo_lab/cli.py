@@ -66,7 +66,23 @@ def _config_overrides(args, rest: list[str]) -> dict:
     Whether ``--config`` was typed is kept: on ``--resume`` only typed keys are compared.
     """
     args.config_given, args.config = args.config is not None, args.config or DEFAULT_PRESET
-    return parse_overrides(rest)
+    overrides = parse_overrides(rest)
+    _refuse_unknown_keys(overrides, args.command, args.own_flags)
+    return overrides
+
+
+def _refuse_unknown_keys(overrides: dict, command: str, own_flags: tuple[str, ...]) -> None:
+    """A typed key that is no config key: one line naming the nearest config key or flag of the command
+    (``--max_step`` -> ``--max_steps``, ``--output_dir`` -> ``--output-dir``), or where the keys are listed."""
+    from .runs.config import UnknownKeyError, closest_key, resolve_key
+
+    for key in overrides:
+        try:
+            resolve_key(key)
+        except UnknownKeyError:
+            near = closest_key(key, extra=own_flags)
+            hint = f"did you mean --{near}?" if near else f"python -m sapo_lab {command} --help lists every key"
+            raise UsageError(f"unknown config key --{key}; {hint}") from None
 
 
 def _nothing_more(args, rest: list[str]) -> dict:
@@ -519,6 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(c.name, help=c.help, description=c.help, formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.set_defaults(run=c.run, read_rest=_nothing_more)
         c.flags(sp)
+        # the command's own flags, offered beside the config keys when a typed option is unknown
+        sp.set_defaults(own_flags=tuple(s[2:] for a in sp._actions for s in a.option_strings if s.startswith("--")))
     return p
 
 

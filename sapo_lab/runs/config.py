@@ -21,6 +21,7 @@ Unknown keys and bad values raise a one-line ``ValueError`` naming the offending
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 import os
@@ -330,7 +331,46 @@ def resolve_key(key: str) -> str:
         return matches[0]
     if len(matches) > 1:
         raise ValueError(f"config key {key!r} is ambiguous; use one of {matches}")
-    raise ValueError(f"unknown config key {key!r}")
+    raise UnknownKeyError(key)
+
+
+class UnknownKeyError(ValueError):
+    """A key that is in no section of the tree; the message names the nearest known key, if one is near."""
+
+    def __init__(self, key: str):
+        self.key = key
+        near = closest_key(key)
+        super().__init__(f"unknown config key {key!r}" + (f"; did you mean {near!r}?" if near else ""))
+
+
+def closest_key(key: str, extra: tuple[str, ...] = ()) -> str | None:
+    """The known key nearest to a mistyped ``key`` (difflib's ratio), spelt as the user would type it: a
+    unique leaf name for a plain name (``max_step`` -> ``max_steps``), a dotted key for a dotted one; ``extra``
+    adds other names (a command's own flags). None when nothing is close."""
+    keys = leaf_keys()
+    leaves = [k.rsplit(".", 1)[-1] for k in keys]
+    unique = [leaf for leaf in leaves if leaves.count(leaf) == 1]
+    candidates = [*(keys if "." in key else unique + keys), *extra]
+    # '-' and '_' are one keystroke apart and the command line accepts both: compare without the difference
+    spelt = {c.replace("-", "_"): c for c in reversed(candidates)}
+    near = difflib.get_close_matches(key.replace("-", "_"), list(spelt), n=1, cutoff=0.75)
+    return spelt[near[0]] if near else None
+
+
+def _config_source(preset_or_file: str) -> dict:
+    """The base a config starts from: a preset's dict or a JSON file's object; one line for anything else."""
+    if preset_or_file in PRESETS:
+        return PRESETS[preset_or_file]
+    if os.path.isdir(preset_or_file):
+        inside = os.path.join(preset_or_file, "config.json")
+        hint = f" (a run's config is {inside})" if os.path.isfile(inside) else ""
+        raise ValueError(f"config {preset_or_file!r} is a folder; give a preset ({', '.join(PRESETS)}) "
+                         f"or a .json file{hint}")
+    if preset_or_file.endswith(".json") or os.path.exists(preset_or_file):
+        return read_json_object(preset_or_file, "config file")
+    near = difflib.get_close_matches(preset_or_file, list(PRESETS), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else f"; presets: {', '.join(PRESETS)}, or a .json file"
+    raise ValueError(f"unknown preset {preset_or_file!r}{hint}")
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -368,12 +408,7 @@ def load_config(preset_or_file: str = "cpu-tiny", overrides: dict | None = None)
 
     ``overrides`` maps dotted or unique leaf keys to values (strings are parsed).
     """
-    if preset_or_file in PRESETS:
-        data = PRESETS[preset_or_file]
-    elif preset_or_file.endswith(".json") or os.path.exists(preset_or_file):
-        data = read_json_object(preset_or_file, "config file")
-    else:
-        raise ValueError(f"unknown preset {preset_or_file!r}; presets: {sorted(PRESETS)}, or a .json file")
+    data = _config_source(preset_or_file)
     for key, value in (overrides or {}).items():
         key = resolve_key(key)
         parsed = _parse_option(value)

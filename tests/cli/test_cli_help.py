@@ -136,7 +136,7 @@ def test_unknown_key_is_one_line_error_naming_it():
     proc = subprocess.run([sys.executable, "-m", "sapo_lab", "train", "--loss_typo", "grpo"], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: unknown config key 'loss_typo'"]
+    assert proc.stderr.strip().splitlines() == ["error: unknown config key --loss_typo; did you mean --loss_type?"]
 
 
 def test_every_command_is_in_the_one_tree(capsys):
