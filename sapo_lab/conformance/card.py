@@ -68,7 +68,11 @@ class ReportCard:
     """Everything an audit measured about one loss function.
 
     ``finding_level`` says what the findings describe: "function" (the loss as called with
-    the audit's arguments) or "training" (as the framework's trainer calls it).
+    the audit's arguments) or "training" (as the framework's trainer calls it). ``lead`` names the
+    row that makes every other cause unreliable (then the other differences are told by their
+    measurements alone), '' when none. ``precisions`` holds, for each training precision audited
+    beside ``dtype``, where its verdicts disagree with these rows ({} when only ``dtype`` was
+    audited); a check that differs only there is a difference of the card.
     """
 
     name: str
@@ -80,6 +84,8 @@ class ReportCard:
     versions: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     finding_level: str = "function"
+    lead: str = ""
+    precisions: dict = field(default_factory=dict)
 
     @property
     def checks(self) -> list:
@@ -88,13 +94,38 @@ class ReportCard:
 
     @property
     def passed(self) -> bool:
-        """True when every check passes (notes aside)."""
-        return all(r.verdict == "pass" for r in self.checks)
+        """True when every check passes (notes aside), at every precision audited."""
+        return all(r.verdict == "pass" for r in self.checks) and not self.precision_differences()
 
     def differences(self) -> list:
-        """The checks that differ or raised, causes before consequences."""
+        """The checks that differ or raised, the leading finding first, then causes before consequences."""
         rank = {p: i for i, p in enumerate(SUMMARY_ORDER)}
+        rank[self.lead] = -1
         return sorted((r for r in self.checks if r.verdict != "pass"), key=lambda r: rank.get(r.property, 99))
+
+    def precision_differences(self) -> list:
+        """(dtype, property, line) of each check that differs only at a training precision."""
+        return [(dtype, prop, line) for dtype, p in self.precisions.items()
+                for prop, line in p.get("differs_only_here", {}).items()]
+
+    def precision_lines(self) -> list:
+        """One sentence per training precision audited beside the card's own: what it adds or where it agrees."""
+        out = []
+        for dtype, p in self.precisions.items():
+            if not p.get("audited"):
+                out.append(f"{dtype}: not audited: {p.get('reason', '')}")
+                continue
+            said = []
+            if p.get("differs_only_here"):
+                said.append(f"differs where {self.dtype} conforms: {', '.join(p['differs_only_here'])}")
+            if p.get("passes_only_here"):
+                said.append(f"conforms where {self.dtype} differs: {', '.join(p['passes_only_here'])}")
+            text = "; ".join(said) or f"agrees with {self.dtype}"
+            if p.get("overflow_above") is not None:
+                text += (f"; exp(log r) overflows it above log r = {p['overflow_above']:+.2f} (NaN there, as in any "
+                         "loss that does not clamp log r; not counted)")
+            out.append(f"{dtype}: {text}")
+        return out
 
     def notes(self) -> list:
         """Rows that conform but carry a remark (a caller contract, a credited clamp, tau held in float32)."""
@@ -106,13 +137,17 @@ class ReportCard:
         where = f"{self.dtype}, {self.level} level"
         if self.passed:
             return f"CONFORMS: all {n} checks match the paper ({where})"
+        extra = {prop for _, prop, _ in self.precision_differences()}
+        count = len(self.differences()) + len(extra)
+        if extra:
+            where += f"; {len(extra)} of them only in {', '.join(sorted({d for d, _, _ in self.precision_differences()}))}"
         if self.only_empty_differ():  # the gate is right: the first line says so
-            return f"DIFFERS in {len(self.differences())} of {n} checks ({where}): only where responses are empty"
-        return f"DIFFERS in {len(self.differences())} of {n} checks ({where})"
+            return f"DIFFERS in {count} of {n} checks ({where}): only where responses are empty"
+        return f"DIFFERS in {count} of {n} checks ({where})"
 
     def only_empty_differ(self) -> bool:
         """True when the only differences are a response, or a whole batch, without tokens."""
-        differing = {r.property for r in self.differences()}
+        differing = {r.property for r in self.differences()} | {p for _, p, _ in self.precision_differences()}
         return bool(differing) and differing <= {EMPTY_RESPONSE, EMPTY_BATCH}
 
     def row(self, prop: str) -> Row:
@@ -139,25 +174,31 @@ class ReportCard:
         fields = {k: d[k] for k in ("name", "tau_pos", "tau_neg", "dtype", "level")}
         rows = [Row(**r) for r in d.get("rows", [])]
         return cls(**fields, rows=rows, versions=dict(d.get("versions", {})), meta=dict(d.get("meta", {})),
-                   finding_level=d.get("finding_level", "function"))
+                   finding_level=d.get("finding_level", "function"), lead=d.get("lead", ""),
+                   precisions=dict(d.get("precisions", {})))
 
     def to_text(self, details: bool = False, notes: tuple = ()) -> str:
         """The card for a terminal: the verdict, the precision it was measured at when the loss's own is narrower,
         one line per difference, the notes (the card's, then ``notes``), the level; every row with ``details``.
         No line is wider than WIDTH."""
         lines = [self.verdict_line()]
-        if self.meta.get("precision"):  # right under the verdict: it is what the verdict was measured at
-            lines += wrap(self.meta["precision"], "    ", "  note: ")
-        if self.meta.get("changes_inputs"):
-            lines += wrap(self.meta["changes_inputs"], "    ", "  note: ")
+        for key in ("loss_output", "precision", "changes_inputs"):  # right under the verdict: how it was measured
+            if self.meta.get(key):
+                lines += wrap(self.meta[key], "    ", "  note: ")
         for r in self.differences():
             lines += wrap(r.line(), "    ", "  - ")
+        for dtype, _, line in self.precision_differences():
+            lines += wrap(f"in {dtype} only: {line}", "    ", "  - ")
+        for line in self.precision_lines():
+            lines += wrap(line, "    ", "  ")
         if self.only_empty_differ():
             lines += wrap(EMPTY_ONLY_NOTE, "    ", "  note: ")
         for note in [r.summary for r in self.notes()] + list(notes):
             lines += wrap(note, "    ", "  note: ")
         lines += wrap(f"Level: {FINDING_LEVELS[self.finding_level]}; tau_pos = {self.tau_pos:g}, "
                       f"tau_neg = {self.tau_neg:g}.")
+        if self.meta.get("allowance"):
+            lines += wrap(self.meta["allowance"][0].upper() + self.meta["allowance"][1:] + ".")
         if details:
             for r in self.rows:
                 lines += ["", *wrap(f"{r.property}: {r.measured}", "    ", f"[{r.verdict}] ")]
@@ -173,12 +214,15 @@ class ReportCard:
             return str(s).replace("|", "\\|").replace("\n", " ")
 
         lines = [f"### SAPO conformance: {cell(self.name)}", "", f"**{self.verdict_line()}**", ""]
-        lines += [f"- note: {cell(self.meta['precision'])}"] if self.meta.get("precision") else []
-        lines += [f"- note: {cell(self.meta['changes_inputs'])}"] if self.meta.get("changes_inputs") else []
+        lines += [f"- note: {cell(self.meta[k])}" for k in ("loss_output", "precision", "changes_inputs")
+                  if self.meta.get(k)]
         lines += [f"- {cell(r.line())}" for r in self.differences()]
+        lines += [f"- in {dtype} only: {cell(line)}" for dtype, _, line in self.precision_differences()]
+        lines += [f"- {cell(line)}" for line in self.precision_lines()]
         lines += [f"- note: {cell(r.summary)}" for r in self.notes()]
         lines += ["", f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}; findings: "
-                  f"{FINDING_LEVELS[self.finding_level]}.", "",
+                  f"{FINDING_LEVELS[self.finding_level]}."
+                  + (f" {cell(self.meta['allowance'])}." if self.meta.get("allowance") else ""), "",
                   "| property | paper | measured | verdict |", "|---|---|---|---|"]
         lines += [f"| {cell(r.property)} | {cell(r.expected)} | {cell(r.measured)} | {r.verdict} |" for r in self.rows]
         return "\n".join(lines) + "\n"

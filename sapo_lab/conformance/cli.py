@@ -2,7 +2,8 @@
 
 MODULE is an importable module name or a path to a ``.py`` file; FUNCTION may be dotted
 (``losses:Sapo.loss``). The first line is ``CONFORMS`` or ``DIFFERS in N of M checks``, then
-one line per difference; ``--details`` prints every check, ``--json`` the card as JSON.
+one line per difference; ``--details`` prints every check, ``--json`` the card as JSON. What the
+loss itself prints is counted, not shown (:class:`LossOutput`).
 Exit status: 0 conforms, 1 differs, 2 a usage error or a loss that cannot be audited (one line
 on stderr).
 
@@ -33,18 +34,46 @@ the loss:   fn(logp, old_logp, advantages, mask) -> scalar tensor (the loss to m
               without gradient; the audit notes it when the loss does not detach them itself)
   advantages  (B,) float: one advantage per response
   mask        (B, T) bool: True on response tokens, False on padding
-  dtype: float64 by default, or the precision the loss computes in when it rounds float64 inputs
-         (--dtype float32, bfloat16, float16: tolerances follow the dtype)
+
+precision: by default the verdict is measured in float64 (or in the precision the loss computes in
+  when it rounds float64 inputs), and the audit is run again in the training precisions below it,
+  float32 and bfloat16 (bfloat16 where the loss accepts it); a check that conforms in float64 but
+  differs there is a difference ("in float32 only: ..."), and a line per precision says where they
+  disagree. exp(log r) overflowing that precision above log r = 88.7 is said, not counted: any loss
+  that does not clamp log r does it. --dtype float64, float32, bfloat16 or float16 audits at that
+  precision alone and counts everything.
+allowance: one per precision, stated on the card: a difference from the paper up to that share of
+  the on-policy gradient (float64 1e-9, float32 1e-4, float16 2e-2, bfloat16 5e-2) is rounding,
+  whatever the check, and each difference above it is printed with its size; a clamp is credited
+  when it changes no gradient by more than 1e-6 of the on-policy gradient (or the allowance).
+
+before any reading, the loss is called
+  twice on the same batch: a loss that answers differently (random, or keeping state across
+    calls) cannot be audited (exit 2, one line);
+  on the same batch reversed: the value and each token's gradient must not move (permuted);
+  on each half of the batch alone: on its tokens the full batch's gradient must be the half's up
+    to one positive factor (its share of the mean), and the full value the halves' values
+    weighted by those factors.
+  A loss that depends on the batch's order or size DIFFERS; that is said first, and the card's
+  other lines then state measurements without naming causes. So does a term that does not
+  depend on the advantage (a KL penalty, an entropy bonus: a nonzero gradient with every A = 0).
+  A cause is named only when the whole card agrees with it (value, gradient, the shape across r,
+  both signs of A).
+
+the loss's own output (print, warnings, logging, native code writing to descriptors 1 and 2)
+never reaches the card: it is counted, said in a note under the verdict, and not shown, so the
+verdict stays the first line and --json stays valid JSON.
 
 exit status: 0 conforms, 1 differs, 2 usage error, a loss that raises or is not finite on a plain
-batch, a loss with no gradient in logp, or --timeout reached
+batch, a loss with no gradient in logp, a loss that is not deterministic, or --timeout reached
 
 example:
   python -m sapo_lab conformance my_loss.py:sapo_loss --tau-pos 1.0 --tau-neg 1.05
   python -m sapo_lab conformance my_pkg.losses:sapo --details --json card.json --timeout 600
 
-A conforming audit calls the loss about 90 times (up to about 200 when it differs); progress goes
-to stderr with --progress, and by itself when one call takes 0.5 s or more.
+A conforming audit calls the loss about 100 times a precision, three precisions by default (up to
+about 200 a precision when it differs); progress goes to stderr with --progress, and by itself
+when one call takes 0.5 s or more.
 
 With one update per rollout (--updates-per-rollout 1) every ratio is 1: SAPO's gradient then
 equals GRPO's and tau has no effect; the off-policy checks describe reused rollouts."""
@@ -67,7 +96,8 @@ def add_flags(p) -> None:
     p.add_argument("--tau-neg", type=float, default=1.05, metavar="TAU",
                    help="temperature the loss uses for A <= 0 (default 1.05)")
     p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
-                   help="precision of the probes (default float64, or the narrower one the loss computes in)")
+                   help="audit at this precision alone (default: float64, or the narrower one the loss computes "
+                        "in, then float32 and bfloat16)")
     p.add_argument("--level", default="token", choices=("token", "sequence"), help="importance-sampling level expected")
     p.add_argument("--updates-per-rollout", type=int, default=None, metavar="N",
                    help="optimizer updates per rollout in your setting (1: on-policy, said in the verdict)")
@@ -150,7 +180,8 @@ STAGES = {
     "_temperature_zero_row": "temperature for A = 0", "on_policy_rows": "on-policy gradient",
     "_old_logp_row": "behaviour log-probs", "closed_form_rows": "per-token gradient", "level_row": "level",
     "extreme_row": "extreme log-ratios", "zero_advantage_row": "zero advantages", "_empty_response_row": "empty response",
-    "_empty_batch_row": "batch without tokens",
+    "_empty_batch_row": "batch without tokens", "check_deterministic": "the same batch twice",
+    "batch_row": "batch order and size",
 }
 
 
@@ -203,8 +234,8 @@ class WatchedLoss:
             self.first_call_s = time.monotonic() - t0
             if not self.progress and self.first_call_s >= SLOW_CALL_S:
                 self.progress = True
-                self.say(f"one call of the loss took {self.first_call_s:.1f} s and the audit makes about 90 "
-                         "to 200; progress follows (--timeout SECONDS limits the audit)")
+                self.say(f"one call of the loss took {self.first_call_s:.1f} s and the audit makes about 300 "
+                         "to 600; progress follows (--timeout SECONDS limits the audit)")
         return out
 
     def timeout_message(self) -> str:
@@ -261,7 +292,7 @@ def run_conformance(args) -> int:
     _check_flags(args)
     if not hasattr(os, "fork"):
         return _audit_and_print(args)
-    return _in_child(_audit_and_print, args)
+    return _in_child(functools.partial(_audit_and_print, descriptors=True), args)
 
 
 class _PipeWriter:
@@ -343,14 +374,109 @@ def _in_child(work, args) -> int:
     return final["status"]
 
 
-def _audit_and_print(args) -> int:
+class _CountingSink:
+    """Stands for sys.stdout or sys.stderr while the user's code runs: counts what it writes, keeps none of it."""
+
+    def __init__(self):
+        self.lines, self.chars, self.open_line = 0, 0, False
+
+    def write(self, text: str) -> int:
+        if text:
+            self.chars += len(text)
+            self.lines += text.count("\n")
+            self.open_line = not text.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def written_lines(self) -> int:
+        return self.lines + int(self.open_line)
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's stdio buffers, so that what native code printed lands while its output is still redirected."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask: what it buffered is flushed at exit
+        pass
+
+
+class LossOutput:
+    """Keeps the user's output off the card: sys.stdout and sys.stderr are counted, not shown, and with
+    ``descriptors`` the file descriptors 1 and 2 too (native code, subprocesses), into a temporary file.
+
+    Descriptors are redirected only where the audit's own output does not go through them (the forked child
+    writes to its parent through a pipe)."""
+
+    def __init__(self, descriptors: bool):
+        self.descriptors = descriptors
+        self.sink = _CountingSink()
+        self.fd_lines = 0
+
+    def __enter__(self):
+        import tempfile
+
+        self.saved_streams = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = self.sink
+        if self.descriptors:
+            for stream in (sys.__stdout__, sys.__stderr__):
+                if stream is not None:
+                    stream.flush()
+            self.file = tempfile.TemporaryFile()
+            self.saved_fds = [os.dup(1), os.dup(2)]
+            os.dup2(self.file.fileno(), 1)
+            os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.stdout, sys.stderr = self.saved_streams
+        if not self.descriptors:
+            return
+        for stream in (sys.__stdout__, sys.__stderr__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        _flush_c_stdio()
+        for fd, saved in zip((1, 2), self.saved_fds, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self.file.seek(0)
+        last = b"\n"
+        for chunk in iter(lambda: self.file.read(1 << 16), b""):
+            self.fd_lines += chunk.count(b"\n")
+            last = chunk[-1:]
+        self.fd_lines += int(last != b"\n")
+        self.file.close()
+
+    def lines(self) -> int:
+        return self.sink.written_lines() + self.fd_lines
+
+    def note(self) -> str:
+        """How much the user's code printed, for the card ('' when nothing)."""
+        n = self.lines()
+        if not n:
+            return ""
+        return f"the loss (with its module) printed {n:,} line{'s' if n != 1 else ''} on stdout and stderr; not shown"
+
+
+def _audit_and_print(args, descriptors: bool = False) -> int:
     updates = getattr(args, "updates_per_rollout", None)
-    loss_fn = load_target(args.target)
+    output = LossOutput(descriptors)
+    with output:
+        loss_fn = load_target(args.target)
     from .engine import AdapterError, audit  # torch is imported here, not for --help
 
     watched = WatchedLoss(loss_fn, getattr(args, "timeout", None), getattr(args, "progress", False))
     try:
-        with _alarm(watched.timeout):
+        with _alarm(watched.timeout), output:
             card = audit(watched, name=args.name or args.target, tau_pos=args.tau_pos, tau_neg=args.tau_neg,
                          dtype=getattr(args, "dtype", None), level=args.level, meta={"updates_per_rollout": updates})
     except AdapterError as exc:
@@ -359,6 +485,8 @@ def _audit_and_print(args) -> int:
         raise ConformanceUsageError(watched.timeout_message()) from None
     except LossExited as exc:
         raise ConformanceUsageError(str(exc)) from None
+    if output.note():
+        card.meta["loss_output"] = output.note()
     if watched.progress:
         watched.say(f"done: {watched.calls} calls in {watched.elapsed():.1f} s")
     json_path = getattr(args, "json", None)

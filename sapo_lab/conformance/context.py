@@ -10,6 +10,7 @@ from .aggregation import PAPER_AGGREGATION, family_weights
 from .card import Row
 from .names import (  # noqa: F401  (re-exported: the row names live in names.py)
     AGGREGATION,
+    BATCH,
     EMPTY_BATCH,
     EMPTY_RESPONSE,
     EXTREME,
@@ -45,6 +46,8 @@ class Context:
     # the shape did; a value that is not the objective of a right gradient is told as such).
     family: str = PAPER_AGGREGATION
     family_note: str = ""
+    # the constant the aggregation probes (every A = 1) measured beside the weights: nan when not identified
+    family_scale: float = float("nan")
     k_pos: float = 1.0
     k_neg: float = 1.0
     shape_ok: bool = True

@@ -9,8 +9,10 @@ import platform
 import torch
 
 from .card import ReportCard
+from .consistency import batch_row, check_deterministic
 from .context import (
     AGGREGATION,
+    BATCH,
     EMPTY_BATCH,
     EMPTY_RESPONSE,
     EXTREME,
@@ -29,7 +31,7 @@ from .context import (
     ZERO_ADVANTAGE,
     Context,
 )
-from .extreme import clamp_cause, extreme_row
+from .extreme import MATERIAL, clamp_cause, extreme_row
 from .gradient import closed_form_rows, on_policy_rows, shape_rows
 from .names import FINDING_LEVELS
 from .preflight import PLAIN_ADVANTAGES, PLAIN_LOG_RATIOS, AdapterError, preflight
@@ -78,15 +80,16 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
     ``logp``/``old_logp``: (B, T) per-token log-probs (``logp`` requires grad); ``advantages``:
     (B,), one per response; ``mask``: (B, T) bool. ``tau_pos``/``tau_neg``: the temperatures the
     loss was configured with. ``dtype``: the precision of the probes (a torch dtype or its
-    name; tolerances follow it); None audits in float64, or in the narrower precision the loss
-    computes in, said in ``card.meta["precision"]``. ``level``: "token" (the paper) or "sequence" when auditing a
-    sequence-level variant. ``device``: where the probe tensors live. ``meta``: stored on the
+    name; tolerances follow it), audited alone; None audits in float64, or in the narrower precision the loss
+    computes in, said in ``card.meta["precision"]``, and then again in the training precisions below it (float32,
+    bfloat16 where the loss accepts it), compared row by row in ``card.precisions``. ``level``: "token" (the
+    paper) or "sequence" when auditing a sequence-level variant. ``device``: where the probe tensors live. ``meta``: stored on the
     card as given (framework version, settings). ``finding_level``: "function" when the loss is
     called with the audit's arguments as they are, "training" when an adapter calls it as the
     framework's trainer does. Raises AdapterError when the callable cannot be called that way,
-    raises or is not finite on the plainest batch, puts no gradient into ``logp``, or computes
-    in a narrower dtype than the one asked for (:mod:`.preflight`); every other failure becomes
-    a row with verdict "error".
+    raises or is not finite on the plainest batch, puts no gradient into ``logp``, computes
+    in a narrower dtype than the one asked for (:mod:`.preflight`), or answers the same batch differently on two
+    calls (:mod:`.consistency`); every other failure becomes a row with verdict "error".
     """
     if isinstance(dtype, torch.dtype):
         if dtype not in TOLERANCES:
@@ -101,31 +104,122 @@ def audit(loss_fn, name: str = "loss", tau_pos: float = 1.0, tau_neg: float = 1.
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     if finding_level not in FINDING_LEVELS:
         raise ValueError(f"finding_level must be one of {tuple(FINDING_LEVELS)}, got {finding_level!r}")
+    card = _audit_at(loss_fn, name, float(tau_pos), float(tau_neg), dtype, level, device, meta, finding_level)
+    if dtype is None:  # the training precisions too, unless one dtype was asked for
+        card.precisions = _training_precisions(loss_fn, card, device, finding_level)
+    return card
+
+
+def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, finding_level) -> ReportCard:
+    """Every check at one precision (``dtype`` None: float64 or the narrower one the loss computes in)."""
     check_adapter(loss_fn, DTYPES[dtype or "float64"], device)
     dtype_name, precision = preflight(loss_fn, dtype, device)
     dtype = DTYPES[dtype_name]
 
-    ctx = Context(loss_fn, float(tau_pos), float(tau_neg), dtype, device, level)
-    rows = {AGGREGATION: aggregation_row(ctx)}  # first: later checks use its weights
+    ctx = Context(loss_fn, tau_pos, tau_neg, dtype, device, level)
+    check_deterministic(ctx)  # before any reading: a loss that answers twice differently cannot be audited
+    rows = {BATCH: batch_row(ctx)}
+    rows[AGGREGATION] = aggregation_row(ctx)  # then the aggregation: later checks use its weights
     # then the temperatures (a tau held in float32 sets float32's tolerances for what follows)
     rows[GATE_SHAPE], rows[TEMPERATURE_POS], rows[TEMPERATURE_NEG], rows[TEMPERATURE_ZERO] = shape_rows(ctx)
     rows[ON_POLICY], rows[VALUE_AT_ONE] = on_policy_rows(ctx)  # then the measured on-policy factors
     rows[GRADIENT], rows[FINITE_DIFFERENCES], rows[PADDING], rows[OLD_LOGP] = closed_form_rows(ctx)
     rows[LEVEL] = level_row(ctx)
     rows[EXTREME] = extreme_row(ctx)
-    clamp = clamp_cause(rows[GATE_SHAPE], rows[EXTREME], float(tau_pos), float(tau_neg), ctx.tol)
+    clamp = clamp_cause(rows[GATE_SHAPE], rows[EXTREME], tau_pos, tau_neg, ctx.tol)
     if clamp:  # the shape's cause, now that the extreme ratios located the clamp's thresholds
         rows[GATE_SHAPE].summary = f"gradient shape: {clamp}"
     rows[ZERO_ADVANTAGE] = zero_advantage_row(ctx)
     rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
+    lead = leading_finding(rows)
+    if lead:
+        measurements_only(rows, lead)
 
     from .._version import __version__
 
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
     meta = {**(meta or {}), **({"precision": precision} if precision else {})}
+    meta["allowance"] = allowance_text(dtype_name, ctx.tol.grad)
     if ctx.changed_inputs:
         names = ", ".join(n for n in ("logp", "old_logp", "advantages", "mask") if n in ctx.changed_inputs)
         meta["changes_inputs"] = (f"the loss changes its arguments in place ({names}): the audit gave it copies, so "
                                   "its checks stand, but in training it would change the trainer's own tensors")
-    return ReportCard(name, float(tau_pos), float(tau_neg), dtype_name, level, [rows[p] for p in ROW_ORDER],
-                      versions, meta, finding_level)
+    return ReportCard(name, tau_pos, tau_neg, dtype_name, level, [rows[p] for p in ROW_ORDER],
+                      versions, meta, finding_level, lead=lead)
+
+
+def allowance_text(dtype_name: str, allowance: float) -> str:
+    return (f"allowance ({dtype_name}): a difference up to {allowance:.0e} of the on-policy gradient is rounding; a "
+            f"clamp is credited when it changes no gradient by more than {max(MATERIAL, allowance):.0e} of it")
+
+
+def leading_finding(rows: dict) -> str:
+    """The row that makes every other cause unreliable: a loss depending on the batch's order or size, or a term
+    that does not depend on the advantage (it adds to every gradient the audit reads); '' when neither."""
+    if rows[BATCH].verdict == "differs":
+        return BATCH
+    if rows[ZERO_ADVANTAGE].values.get("advantage_free_term"):
+        return ZERO_ADVANTAGE
+    return ""
+
+
+def measurements_only(rows: dict, lead: str) -> None:
+    """Every difference but ``lead`` is told by its measurement alone: a cause read from it would be a guess."""
+    for prop, row in rows.items():
+        if prop != lead and row.verdict == "differs":
+            row.summary = f"{prop}: {row.measured}"
+
+
+# Precisions below the audited one that a training run uses: float32, and bfloat16 where the loss accepts it.
+TRAINING_PRECISIONS = {"float64": ("float32", "bfloat16"), "float32": ("bfloat16",)}
+
+
+def _training_precisions(loss_fn, card: ReportCard, device, finding_level) -> dict:
+    """The card at each training precision below ``card.dtype``, compared row by row (:func:`compare_precision`)."""
+    out = {}
+    for name in TRAINING_PRECISIONS.get(card.dtype, ()):
+        try:
+            narrow = _audit_at(loss_fn, card.name, card.tau_pos, card.tau_neg, name, card.level, device,
+                               None, finding_level)
+        except AdapterError as exc:
+            out[name] = {"audited": False, "reason": str(exc)}
+            continue
+        out[name] = compare_precision(card, narrow)
+    return out
+
+
+def compare_precision(wide: ReportCard, narrow: ReportCard) -> dict:
+    """Where the narrower precision's verdicts disagree with the wider one's.
+
+    A check that differs only at the narrower precision is a difference of the loss (a code path taken only
+    there), except exp(log r) overflowing the narrower dtype's range at the extreme ratios, which any loss that
+    does not clamp log r shows and the paper's formula itself shows in that dtype: that is said, not counted.
+    """
+    overflow = _range_overflow(narrow)
+    only_here, passes_here = {}, []
+    for row in narrow.checks:
+        try:
+            other = wide.row(row.property)
+        except KeyError:
+            continue
+        if other.verdict == "info":
+            continue
+        if other.verdict == "pass" and row.verdict != "pass" and not (row.property == EXTREME and overflow):
+            only_here[row.property] = row.line()
+        elif other.verdict != "pass" and row.verdict == "pass":
+            passes_here.append(row.property)
+    return {"audited": True, "verdict": narrow.verdict_line(), "differs_only_here": only_here,
+            "passes_only_here": passes_here, "overflow_above": overflow}
+
+
+def _range_overflow(card: ReportCard) -> float | None:
+    """log r above which exp overflows the card's dtype, when that is the extreme-ratio row's only finding."""
+    row = card.row(EXTREME)
+    if row.verdict != "differs":
+        return None
+    limit = math.log(torch.finfo(DTYPES[card.dtype]).max)
+    found = [v for sign in ("A > 0", "A < 0") for v in (row.values.get(sign) or {}).values()
+             if isinstance(v, dict) and not v.get("harmless")]
+    if found and all(v["kind"] == "nonfinite" and abs(v["threshold"] - limit) < 0.05 for v in found):
+        return min(v["threshold"] for v in found)
+    return None

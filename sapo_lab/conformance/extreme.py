@@ -43,15 +43,16 @@ KIND_TEXT = {
 
 
 def _measure(ctx: Context, z: float, sign: float):
-    """(state, ratio of gradients, error message) at log r = z for advantage ``sign``."""
+    """(state, ratio of gradients, error message, deviation from the paper's as a share of the on-policy gradient)
+    at log r = z for advantage ``sign``."""
     m = ctx.call(make_batch([[z], [0.0]], [sign, sign]))
     if m.error:
-        return "error", math.nan, m.error
+        return "error", math.nan, m.error, math.nan
     x, ref = float(m.grad[0, 0]), float(m.grad[1, 0])
     if not (math.isfinite(m.value) and math.isfinite(x) and math.isfinite(ref)):
-        return "nonfinite", math.nan, None
+        return "nonfinite", math.nan, None, math.nan
     if ref == 0:  # no reference: other rows report the missing on-policy gradient
-        return "ok", math.nan, None
+        return "ok", math.nan, None, math.nan
     rho = x / ref
     tau = ctx.tau(sign)
     z_held = float(m.log_ratio[0, 0])
@@ -61,12 +62,14 @@ def _measure(ctx: Context, z: float, sign: float):
     else:
         atol = ctx.tol.negligible
     resolvable = abs(paper) > atol
+    deviation = abs(rho - paper)  # rho is the on-policy gradient's multiple: a share of it
     if rho == 0.0 and resolvable:
-        return "zero", rho, None
+        return "zero", rho, None, deviation
     rtol = ctx.tol.extreme if z_held < 0 else ctx.tol.grad
-    if ctx.shape_ok and abs(rho - paper) > rtol * abs(paper) + atol:
-        return "deviates", rho, None
-    return "ok", rho, None
+    # the allowance: a deviation this small is rounding however small the paper's value is there
+    if ctx.shape_ok and deviation > rtol * abs(paper) + atol and deviation > ctx.tol.grad:
+        return "deviates", rho, None, deviation
+    return "ok", rho, None, deviation
 
 
 def _threshold(ctx: Context, sign: float, good: float, bad: float) -> tuple[float, float]:
@@ -76,7 +79,7 @@ def _threshold(ctx: Context, sign: float, good: float, bad: float) -> tuple[floa
         if abs(bad - good) <= 1e-6 * max(1.0, abs(good)):
             break
         mid = (good + bad) / 2
-        state, rho, _ = _measure(ctx, mid, sign)
+        state, rho, _, _ = _measure(ctx, mid, sign)
         if state == "ok":
             good = mid
         else:
@@ -103,7 +106,7 @@ def extreme_row(ctx: Context) -> Row:
         values[label] = {}
         for side in (1.0, -1.0):
             states = [(side * g, *_measure(ctx, side * g, sign)) for g in GRID]
-            for z, state, _, _ in states:
+            for z, state, *_ in states:
                 if abs(z) in REPORTED:
                     points[f"{label}, log r = {z:+g}"] = state
             if states[0][1] == "error":
@@ -111,7 +114,8 @@ def extreme_row(ctx: Context) -> Row:
             first_bad = next((i for i, s in enumerate(states) if s[1] != "ok"), None)
             if first_bad is None:
                 continue
-            z_bad, kind, rho_bad, message = states[first_bad]
+            z_bad, kind, rho_bad, message, _ = states[first_bad]
+            deviation = max((s[4] for s in states[first_bad:] if s[1] == "deviates"), default=math.nan)
             z_good = states[first_bad - 1][0] if first_bad else 0.0
             thr, rho_past = _threshold(ctx, sign, z_good, z_bad)
             if kind == "deviates" and abs(rho_bad - rho_past) <= 10 * ctx.tol.grad * abs(rho_past):
@@ -119,7 +123,7 @@ def extreme_row(ctx: Context) -> Row:
             # how much a clamp or a skip changes a token's gradient past its threshold (on-policy = 1)
             impact = float(update_coefficient(torch.tensor(math.exp(min(thr, 700.0)), dtype=torch.float64),
                                               ctx.tau(sign)))
-            harmless = kind in ("zero", "frozen") and impact <= MATERIAL
+            harmless = kind in ("zero", "frozen") and impact <= max(MATERIAL, ctx.tol.grad)
             text = f"raises ({message})" if kind == "error" else KIND_TEXT[kind]
             where = "above" if side > 0 else "below"
             finding = f"{label}: {text} {where} log r = {thr:+.4f} (r = {math.exp(thr):.4g})"
@@ -132,10 +136,11 @@ def extreme_row(ctx: Context) -> Row:
             else:
                 findings.append(finding + (f": {hint}" if hint else ""))
                 why = hint or (f"a change of {impact:.2g} of the on-policy gradient" if kind in ("zero", "frozen")
-                               else "")
+                               else f"by up to {deviation:.2g} of the on-policy gradient (allowance "
+                               f"{ctx.tol.grad:.0e})" if kind == "deviates" else "")
                 summaries.setdefault(f"{short} {where} log r = {thr:+.2f}", [why, []])[1].append(label)
             values[label]["upper" if side > 0 else "lower"] = {"threshold": thr, "kind": kind, "impact": impact,
-                                                               "harmless": harmless}
+                                                               "harmless": harmless, "deviation": deviation}
     values["points"] = points
     at = ", ".join(f"{k}: {v}" for k, v in points.items() if v != "ok")
     detail = (f"grid {list(GRID)} on both sides of r = 1; thresholds by bisection to 1e-6"

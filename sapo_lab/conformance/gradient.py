@@ -77,8 +77,10 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
     def near(x, y):  # naming a cause is a hint: loose enough for a temperature held in float32
         return abs(x - y) <= max(tol, 1e-6) * max(1.0, abs(y))
 
-    cause = ""
-    if not ok:
+    cause, against = "", _factor_disagreement(ctx, near) if not ok else ""
+    if against:
+        notes.append(against)
+    if not ok and not against:
         if near(ctx.k_pos, ctx.tau_pos / 4) and near(ctx.k_neg, ctx.tau_neg / 4):
             cause = "the 4/tau factor is missing"
             notes.append(f"equals tau/4 ({fmt(ctx.tau_pos / 4)}, {fmt(ctx.tau_neg / 4)}): the effective learning rate "
@@ -99,11 +101,26 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
         if cause:
             notes.insert(0, cause)
     summary = "" if ok else (f"on-policy gradient factor {ctx.k_pos:.4g} / {ctx.k_neg:.4g} instead of 1"
-                             + (f": {cause}" if cause else ""))
+                             + (f": {cause}" if cause else f" ({against})" if against else ""))
     on_policy = Row(ON_POLICY, expected, measured, verdict(ok), "; ".join([*notes, _weights_note(ctx)]),
                     {"factor_pos": ctx.k_pos, "factor_neg": ctx.k_neg, "factors": factors, "advantages": adv.tolist()},
                     summary)
     return on_policy, _value_row(ctx, m.value, batch, alpha, torch.tensor(factors, dtype=torch.float64))
+
+
+def _factor_disagreement(ctx: Context, near) -> str:
+    """What on the rest of the card contradicts reading the on-policy factors as one constant in the loss; ''.
+
+    A constant factor (a missing 4/tau, a 2/tau prefactor, a flipped sign) scales every gradient alike: the gate's
+    shape across r stays the paper's, and the aggregation probes (every A = 1) measure the A > 0 factor again."""
+    if not ctx.shape_ok:
+        return "the gradient's shape across r differs too, which no constant factor does"
+    if not math.isfinite(ctx.family_scale):
+        return "the aggregation is not identified, so the factor is not confirmed on other batches"
+    if not near(ctx.family_scale, ctx.k_pos):
+        return (f"the aggregation probes, where every A = 1, measured {ctx.family_scale:.4g}: the factor depends on "
+                "the batch")
+    return ""
 
 
 def _value_row(ctx: Context, value: float, batch, alpha, factors) -> Row:
@@ -204,11 +221,31 @@ def _shape_cause(ctx: Context, r: torch.Tensor, rho: torch.Tensor, tau: float) -
     if relative_error(rho, 1.0 / torch.cosh(tau * torch.log(r) / 2) ** 2) <= hint:
         return ("the gate is on log r, sigmoid(tau log r), not on r - 1: its gradient sech^2(tau log r / 2) lacks "
                 "the paper's factor r")
-    by_side = torch.where(r > 1, torch.tensor(ctx.tau_pos, dtype=torch.float64),
-                          torch.tensor(ctx.tau_neg, dtype=torch.float64))
-    if ctx.tau_pos != ctx.tau_neg and relative_error(rho, update_coefficient(r, by_side)) <= hint:
-        return ("tau chosen by the side of r = 1 (tau_pos where r > 1, tau_neg where r < 1), not by the sign of A "
-                f"(tau_pos = {ctx.tau_pos:g} for A > 0, tau_neg = {ctx.tau_neg:g} for A <= 0)")
+    return ""
+
+
+def _temperature_rule_cause(ctx: Context, measured: dict) -> str:
+    """A temperature picked per token by another rule than the sign of A, when that rule fits both signs' shapes.
+
+    ``measured``: sign -> (r, g(r)/g(1)) for both signs. The rules differ only in which side of r = 1 takes tau_pos,
+    so a rule read from one sign alone could be the reverse of what the other sign shows."""
+    if ctx.tau_pos == ctx.tau_neg or len(measured) < 2:
+        return ""
+    hint = max(20 * ctx.tol.grad, 1e-6)
+    rules = {
+        "tau chosen by the side of r = 1 (tau_pos where r > 1, tau_neg where r < 1), not by the sign of A":
+            lambda sign, r: r > 1,
+        "tau chosen by the sign of A (r - 1) (tau_pos where A (r - 1) > 0, tau_neg elsewhere), not by the sign of A":
+            lambda sign, r: sign * (r - 1) > 0,
+    }
+    for text, takes_pos in rules.items():
+        fits = True
+        for sign, (r, rho) in measured.items():
+            tau = torch.where(takes_pos(sign, r), torch.tensor(ctx.tau_pos, dtype=torch.float64),
+                              torch.tensor(ctx.tau_neg, dtype=torch.float64))
+            fits &= relative_error(rho, update_coefficient(r, tau) / update_coefficient(r[:1], tau[:1])) <= hint
+        if fits:
+            return f"{text} (tau_pos = {ctx.tau_pos:g} for A > 0, tau_neg = {ctx.tau_neg:g} for A <= 0)"
     return ""
 
 
@@ -219,7 +256,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
     compared with both, and the rest of the audit uses the value the loss holds.
     """
     shape_expected = "g(r)/g(1) = r sech^2(tau (r-1)/2) with the paper's tau"
-    errors, details, values, temp_rows, causes = {}, [], {}, [], []
+    errors, details, values, temp_rows, causes, curves = {}, [], {}, [], {}, {}
     failed_shape = False
     held = {}
     for sign, prop in ((1.0, TEMPERATURE_POS), (-1.0, TEMPERATURE_NEG)):
@@ -241,6 +278,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
             errors[label] = measured
             continue
         rho = g / g[0]
+        curves[sign] = (r, rho)
         points = _fit_points(ctx, r, rho)
         fits = [(ri, t) for ri, t, _ in points]
         fitted, spread_ok, bound = _combine_fits(points)
@@ -276,9 +314,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
             worst = int((rho - paper).abs().argmax())
             details.append(f"{label}: max rel. error {err:.3g}, worst at r = {fmt(float(r[worst]))}: "
                            f"{fmt(float(rho[worst]))} vs {fmt(float(paper[worst]))}")
-            cause = _shape_cause(ctx, r, rho, tau)
-            if cause and cause not in causes:
-                causes.append(cause)
+            causes[label] = _shape_cause(ctx, r, rho, tau)
         temp_rows.append(Row(prop, t_expected, measured, verdict(ok), detail,
                              {"tau": fitted, "tau_held": used, "fits": [{"ratio": ri, "tau": t} for ri, t in fits]},
                              summary))
@@ -297,9 +333,13 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         worst = max((v["max_rel_error"] for v in values.values()), default=math.nan)
         fitted_sapo = all(math.isfinite(r.values.get("tau", math.nan)) for r in temp_rows)
         summary = ""
+        # a cause is named when it explains every sign whose shape differs (a sign-dependent rule: both signs)
+        cause = _temperature_rule_cause(ctx, curves)
+        if not cause and len(set(causes.values())) == 1 and not errors:
+            cause = next(iter(causes.values()))
         if not ok:
-            if causes:
-                summary = "gradient shape: " + "; ".join(causes)
+            if cause:
+                summary = "gradient shape: " + cause
             elif fitted_sapo:
                 summary = f"gradient shape: SAPO's gate with other temperatures (max rel. error {worst:.3g})"
             else:

@@ -16,16 +16,18 @@ EMPTY_BATCH = "batch without tokens"
 PADDING = "padding tokens"
 OLD_LOGP = "behaviour log-probs held constant"
 VALUE_AT_ONE = "value at r = 1"
+BATCH = "batch order and size"
 
 ROW_ORDER = (GRADIENT, FINITE_DIFFERENCES, ON_POLICY, GATE_SHAPE, TEMPERATURE_POS, TEMPERATURE_NEG, TEMPERATURE_ZERO,
-             AGGREGATION, LEVEL, EXTREME, ZERO_ADVANTAGE, EMPTY_RESPONSE, EMPTY_BATCH, PADDING, OLD_LOGP, VALUE_AT_ONE)
+             AGGREGATION, LEVEL, EXTREME, ZERO_ADVANTAGE, EMPTY_RESPONSE, EMPTY_BATCH, PADDING, OLD_LOGP, VALUE_AT_ONE,
+             BATCH)
 
 # Rows that describe a contract or a valid choice, never a difference: they are notes, not checks.
 NOTE_ROWS = (OLD_LOGP, VALUE_AT_ONE)
 
 # The order differences are listed in: causes before their consequences (a missing 4/tau also moves the
 # closed-form gradient, so the on-policy factor comes first and the closed form last).
-SUMMARY_ORDER = (ON_POLICY, GATE_SHAPE, FINITE_DIFFERENCES, AGGREGATION, LEVEL, TEMPERATURE_POS, TEMPERATURE_NEG,
+SUMMARY_ORDER = (BATCH, ON_POLICY, GATE_SHAPE, FINITE_DIFFERENCES, AGGREGATION, LEVEL, TEMPERATURE_POS, TEMPERATURE_NEG,
                  TEMPERATURE_ZERO, ZERO_ADVANTAGE, PADDING, EXTREME, EMPTY_RESPONSE, EMPTY_BATCH, GRADIENT,
                  OLD_LOGP, VALUE_AT_ONE)
 

@@ -39,14 +39,15 @@ def aggregation_row(ctx: Context) -> Row:
               "relative_weights": found["weights"]}
     detail = f"on-policy probes, A = 1: {shapes}"
     if name in FAMILIES:
-        ctx.family = name
+        ctx.family, ctx.family_scale = name, found["scale"]
         measured = FAMILIES[name][0]
         if name != PAPER_AGGREGATION:
             detail += f"; residual of the paper's weights {found['residuals'][PAPER_AGGREGATION]:.3g}"
     else:
         ctx.family_note = " (aggregation not identified: the paper's weights are assumed)"
+        best = min(found["residuals"].values(), default=math.nan)
         measured = {"zero": "not identifiable: zero gradient", "non-finite": "not identifiable: non-finite gradient"}.get(
-            name, "other: no known aggregation fits")
+            name, f"other: no known aggregation fits (the nearest is off by {best:.3g})")
         detail += "; measured weight per response, relative to the first: " + str(
             [[fmt(x) for x in w] for w in found["weights"]])
     summary = "" if name == PAPER_AGGREGATION else f"aggregation: {AGGREGATION_CAUSES.get(name, measured)}"
@@ -90,8 +91,8 @@ def level_row(ctx: Context) -> Row:
         if pattern <= 10 * ctx.tol.grad or not ctx.shape_ok:  # a wrong gate already fails its own row
             measured, kind = "token-level: each token's gradient follows its own ratio", "token"
         else:
-            measured, kind = (f"per-token gradients that do not follow each token's own ratio (rel. error {pattern:.3g}): "
-                              "a response-level statistic?", "other")
+            measured, kind = (f"per-token gradients that do not follow each token's own ratio (rel. error {pattern:.3g})",
+                              "other")
     elif all(s <= shared_tol for s in spreads):
         z = m.log_ratio
         mask = batch.mask.double()
@@ -138,11 +139,37 @@ def zero_advantage_row(ctx: Context) -> Row:
     if not bool(torch.isfinite(mixed.grad).all()):
         problems.append("mixed batch: non-finite gradient")
     measured = "; ".join(problems) if problems else f"loss {fmt(group.value)}, gradient 0 (all-zero group and mixed batch)"
+    values = {"group_loss": group.value, "group_max_abs_grad": g_all, "mixed_zero_response_max_abs_grad": g_mixed}
+    summary = ""
+    if problems:
+        summary = ("A = 0 tokens get a gradient or a non-finite loss "
+                   f"({problems[0]}): advantages shifted or re-normalised inside the loss")
+        shift = _advantage_shift(ctx, zs, group)
+        if g_all > 0 and math.isfinite(g_all) and shift is None:
+            values["advantage_free_term"] = True
+            summary = (f"a term that does not depend on the advantage (a KL penalty or an entropy bonus, say): with "
+                       f"every A = 0 the loss is {fmt(group.value)} and its gradient up to {g_all:.3g}, where the "
+                       "paper's is 0; it adds to every gradient below, so no cause is named there")
+        elif shift is not None:
+            values["advantage_shift"] = shift
     return Row(ZERO_ADVANTAGE, expected, measured, verdict(not problems),
-               "a group whose rewards are all equal has A = 0 for every response",
-               {"group_loss": group.value, "group_max_abs_grad": g_all, "mixed_zero_response_max_abs_grad": g_mixed},
-               "" if not problems else "A = 0 tokens get a gradient or a non-finite loss "
-               f"({problems[0]}): advantages shifted or re-normalised inside the loss")
+               "a group whose rewards are all equal has A = 0 for every response", values, summary)
+
+
+def _advantage_shift(ctx: Context, log_ratios, group) -> float | None:
+    """s when the gradient with every A = 0 is SAPO's for A = s (tau_pos or tau_neg), the advantage shifted inside
+    the loss; None when it is not SAPO's for any advantage (a term that does not depend on it) or is 0."""
+    batch = make_batch(log_ratios, [0.0] * len(log_ratios), 3)
+    g = group.grad[batch.mask]
+    if not bool(torch.isfinite(g).all()) or float(g.abs().max()) == 0:
+        return None
+    alpha = ctx.weights(batch.mask)[batch.mask]
+    for tau in (ctx.tau_neg, ctx.tau_pos):
+        shape = alpha * update_coefficient(torch.exp(group.log_ratio[batch.mask]), tau)
+        s = -float((g * shape).sum() / (shape * shape).sum())
+        if float((g + s * shape).abs().max()) <= 10 * ctx.tol.grad * float(g.abs().max()):
+            return s
+    return None
 
 
 def empty_rows(ctx: Context) -> tuple[Row, Row]:
