@@ -53,11 +53,16 @@ def hydra_value(value) -> str:
 
 
 def _bash_element(override: str) -> str:
-    """One element of a bash array, double-quoted; the script's own variables stay expandable, nothing else does."""
+    """One element of a bash array, double-quoted: nothing in it expands but a script variable that begins the
+    value, inside Hydra's quote or not (``key='$HERE/...'``, ``key=$NGPUS``). Only the job's own settings begin
+    so (a user's folder is absolute, a hub name holds no ``$``): a ``$HERE`` inside a user's name stays text."""
     escaped = override.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
-    for name in SCRIPT_VARIABLES:
-        escaped = escaped.replace("\\$" + name, "$" + name)
-    return '"' + escaped + '"'
+    key, sep, value = escaped.partition("=")
+    quote = "'" if value.startswith("'") else ""
+    rest = value[len(quote):]
+    if any(rest.startswith("\\$" + name) for name in SCRIPT_VARIABLES):
+        value = quote + rest[1:]
+    return '"' + key + sep + value + '"'
 
 
 def job_overrides(cfg, splits, *, name: str) -> list[tuple[str, str]]:
