@@ -26,6 +26,7 @@ from ..runs.identity import run_identity
 from ..runs.kernels import current_kernel_setting
 from ..runs.manifest import write_manifest
 from ..tasks import Task, task_for
+from .console import PaceReport
 from .device import autocast_for
 from .evaluation import evaluate
 from .model import load_model_and_tokenizer, position_ids_from_mask
@@ -62,10 +63,19 @@ def sft_batch(tokenizer, problems, device):
     return ids.to(device), attn.to(device), loss_mask.to(device)
 
 
-def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Task | None = None) -> dict:
-    """Supervised updates until dev Pass@1 (by the task's verifier) >= target or ``max_updates``. Returns a report."""
+def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Task | None = None,
+                     progress=None) -> dict:
+    """Supervised updates until dev Pass@1 (by the task's verifier) >= target or ``max_updates``. Returns a report.
+
+    ``progress(update, loss)`` is called after every update (``loss`` a tensor, read only when shown); by
+    default a :class:`~sapo_lab.training.console.PaceReport` that writes to ``log`` once the pace is known.
+    """
     task = task_for(cfg) if task is None else task
     cs = cfg.cold_start
+    if progress is None:
+        progress = PaceReport(log, total=cs.max_updates, what="cold start: update")
+    log(f"cold start: up to {cs.max_updates} supervised updates of {cs.batch_size} examples, until dev pass@1 "
+        f"reaches {cs.target_pass1} (checked every {cs.eval_every})")
     gen = torch.Generator().manual_seed(cold_start_batch_seed(cfg.seed))
     opt = torch.optim.AdamW(model.parameters(), lr=cs.sft_learning_rate, weight_decay=0.0)
     train = splits["train"]
@@ -86,6 +96,7 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Tas
         loss.backward()
         opt.step()
         report["updates"] = step
+        progress(step, loss.detach())
         if step % cs.eval_every == 0 or step == cs.max_updates:
             res = evaluate(
                 model,
@@ -114,6 +125,18 @@ def _kernel_subfolder() -> tuple[str, ...]:
     return () if setting == "native" else (f"kernels-{setting or 'mixed'}",)
 
 
+def cold_start_cache(cfg, key: str | None = None) -> str:
+    """The folder ``cfg``'s cold start is cached in (``""`` when the cache is off)."""
+    if not cfg.cold_start.cache_dir:
+        return ""
+    return os.path.join(cfg.cold_start.cache_dir, *_kernel_subfolder(), key or cold_start_key(cfg))
+
+
+def is_cached(cache: str) -> bool:
+    """Whether a finished cold start is saved in ``cache`` (its report is written last)."""
+    return bool(cache) and os.path.isfile(os.path.join(cache, "cold_start.json"))
+
+
 def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
     """(model, tokenizer, report): the cached cold start for ``cfg``, trained if missing.
 
@@ -121,8 +144,8 @@ def get_cold_start(cfg, splits, device, log=print, task: Task | None = None):
     """
     task = task_for(cfg) if task is None else task
     key = cold_start_key(cfg)
-    cache = os.path.join(cfg.cold_start.cache_dir, *_kernel_subfolder(), key) if cfg.cold_start.cache_dir else ""
-    if cache and os.path.isfile(os.path.join(cache, "cold_start.json")):
+    cache = cold_start_cache(cfg, key)
+    if is_cached(cache):
         model, tok = load_model_and_tokenizer(cache)
         with open(os.path.join(cache, "cold_start.json")) as f:
             report = json.load(f)

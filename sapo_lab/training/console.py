@@ -1,13 +1,16 @@
-"""The trainer at a terminal: its progress bar, and Ctrl-C as a request to stop after the current step."""
+"""The trainer at a terminal: its progress bar, the pace of a long cold start, and Ctrl-C as a request to stop
+after the current step."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import time
 
 from tqdm.auto import tqdm
 
 from ..runs.metric_names import DEV_PASS1, REWARD_MEAN
+from .device import duration_text
 
 
 class ProgressBar:
@@ -28,6 +31,29 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
+
+
+class PaceReport:
+    """Progress lines for a loop of ``total`` items whose pace is unknown until it runs (a cold start on a CPU).
+
+    A line after the first item when the rest looks longer than ``every_s`` seconds, then one every
+    ``every_s`` seconds; a loop that finishes sooner says nothing. Lines, not a bar: they reach a log file
+    or a pipe too. ``clock`` is replaceable so that a test can drive the time.
+    """
+
+    def __init__(self, log, *, total: int, what: str, every_s: float = 10.0, clock=time.perf_counter):
+        self.log, self.total, self.what, self.every_s, self.clock = log, total, what, every_s, clock
+        self.start = self.last_shown = clock()
+
+    def __call__(self, done: int, loss=None) -> None:
+        now = self.clock()
+        per_item = (now - self.start) / done
+        left = per_item * (self.total - done)
+        if (done == 1 and left > self.every_s) or now - self.last_shown >= self.every_s:
+            self.last_shown = now
+            shown_loss = "" if loss is None else f", loss {float(loss):.3f}"
+            self.log(f"{self.what} {done} of up to {self.total}{shown_loss}, {per_item:.2f} s each, "
+                     f"up to {duration_text(left)} left")
 
 
 @contextlib.contextmanager

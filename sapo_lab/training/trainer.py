@@ -38,8 +38,9 @@ from ..runs.metric_names import DEV_EVAL_S, DEV_PASS1, ELAPSED_S
 from ..runs.run_folder import RunFolder
 from ..runs.run_policy import prepare
 from ..tasks import RewardFn, splits_for, task_for
+from .cold_start import cold_start_cache, is_cached
 from .console import ctrl_c_requests_stop, progress_bar
-from .device import ModelTimer, autocast_for, resolve_device
+from .device import ModelTimer, autocast_for, cpu_fallback_notice, planned_work, resolve_device, say_once
 from .evaluation import dev_pass1
 from .lifecycle import finish_model, make_optimizer, reference_model, run_summary, start_model
 from .metrics import metrics_row
@@ -73,6 +74,15 @@ class Trainer:
         self.task = task_for(cfg)
         self.reward_fn = self.task.verify if reward_fn is None else reward_fn
         self.splits = splits_for(cfg, self.task)
+        self._say_where_it_runs()
+
+    def _say_where_it_runs(self) -> None:
+        """``device auto`` without a GPU: one line naming the CPU and the run's cost there, before any work."""
+        if self.cfg.device != "auto" or self.device.type != "cpu":
+            return
+        cached = is_cached(cold_start_cache(self.cfg))
+        work = planned_work(self.cfg, self.task, self.splits, cold_start_cached=cached, resume=self.resume)
+        say_once(self.log, cpu_fallback_notice(self.cfg.device, self.device, work))
 
     def request_stop(self) -> None:
         """Finish the current step, checkpoint, and return (what Ctrl-C does)."""
