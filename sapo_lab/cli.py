@@ -367,7 +367,7 @@ def cmd_grade(args, overrides) -> int:
     from .course.grader import run_grade
 
     return run_grade(args.module, train=args.train, seed=args.seed, allow_sapo_lab=args.allow_sapo_lab,
-                     time_limit=args.time_limit)
+                     time_limit=args.time_limit, budget=args.budget)
 
 
 # ---------------------------------------------------------------- the flags of each command
@@ -480,7 +480,10 @@ def _grade_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the fresh inputs graded beside the frozen ones (default: a new one, printed)")
     p.add_argument("--time-limit", type=float, default=120.0,
-                   help="seconds the student's code may run in each grading process once torch is loaded")
+                   help="seconds each call of the student's code (or its import) may take")
+    p.add_argument("--budget", type=float, default=300.0,
+                   help="seconds all the student's calls may take together (the training part's sapo_loss calls "
+                        "get a budget of their own of this size); what is left when it runs out is not graded")
     p.add_argument("--allow-sapo-lab", action="store_true",
                    help="instructor's switch: let the module import sapo_lab (refused by default)")
 

@@ -30,6 +30,7 @@ import math
 import os
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,8 +40,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import substitutes
+from . import isolation, substitutes
 from .sandbox import observe, observe_with_meta  # noqa: F401 - observe is the generator's recorder
+from .student_messages import Malformed, one_line, parse_event, parse_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ROOT / "assignment" / "expected.json"
@@ -79,9 +81,11 @@ TRAIN_MIN_GAIN = math.floor(50 * min(TRAIN_MEASURED["correct"].values())) / 100 
 TRAIN_TIME_LIMIT_S = 3 * 3600.0
 TRAIN_OUTPUT_CAP = 256 * 1024
 ATOL = RTOL = 1e-6
-# The student's process: seconds it may run once torch is loaded, seconds torch may take to load, bytes of its
-# output kept, bytes any file it writes may reach.
+# The student's code: seconds one call (or the module's import) may take, seconds all of it may take together
+# (every call and import of parts 1-7; the training part's sapo_loss calls get a budget of their own of the same
+# size), seconds torch may take to load, bytes of its output kept, bytes any file it writes may reach.
 TIME_LIMIT_S = 120.0
+BUDGET_S = 300.0
 STARTUP_LIMIT_S = 600.0
 OUTPUT_CAP = 4096
 FILE_SIZE_CAP = 64 * 2**20
@@ -139,6 +143,7 @@ class Report:
 
     parts: list[PartResult] = field(default_factory=list)
     seed: int | None = None
+    header: list[str] = field(default_factory=list)  # how the student's code ran: the sandbox, the time limits
 
     @property
     def passed(self) -> bool:
@@ -149,6 +154,7 @@ class Report:
 
     def lines(self) -> list[str]:
         out = [] if self.seed is None else [f"fresh inputs drawn from seed {self.seed} (--seed {self.seed} repeats them)"]
+        out += self.header
         out += [f"{p.part:24s} {p.earned:3d}/{p.points:<3d} {p.note}".rstrip() for p in self.parts]
         total, earned = sum(p.points for p in self.parts), sum(p.earned for p in self.parts)
         out.append(f"{'total':24s} {earned:3d}/{total}")
@@ -184,27 +190,34 @@ def _substitute_source(names) -> str:
 
 @dataclass
 class ChildRun:
-    """What one student process left: its events (one dict per JSON line), exit status, and capped output."""
+    """What one student process left: its events (checked; a message that broke the schema is a ``malformed``
+    event), exit status, why it was stopped ("call", "budget", "startup" or None) and capped output."""
 
     events: list
     returncode: int | None
-    timed_out: bool
+    timed_out: str | None
     output: str
 
     def first(self, event: str):
         return next((e for e in self.events if e.get("event") == event), None)
 
 
-def _parse_events(text: str) -> list:
-    events = []
-    for line in text.split("\n")[:-1]:  # complete lines only
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            events.append(record)
-    return events
+class Budget:
+    """Seconds the student's code may still run, across all its processes (counted from each process's
+    ``ready``: torch's loading is the grader's time, not the student's)."""
+
+    def __init__(self, seconds: float):
+        self.total = float(seconds)
+        self.spent = 0.0
+
+    def left(self) -> float:
+        return self.total - self.spent
+
+    def charge(self, seconds: float) -> None:
+        self.spent += max(0.0, seconds)
+
+    def ran_out(self) -> str:
+        return f"not graded: the time budget ran out ({self.total:g} s for all the module's calls, --budget)"
 
 
 class _EventPipe:
@@ -213,6 +226,7 @@ class _EventPipe:
     def __init__(self):
         self.read_fd, self.write_fd = os.pipe()
         self.data = bytearray()
+        self.taken = 0  # bytes of ``data`` already handed out as lines
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._drain, daemon=True)
 
@@ -227,32 +241,61 @@ class _EventPipe:
                     self.data.extend(chunk)
         os.close(self.read_fd)
 
-    def events(self) -> list:
+    def new_lines(self) -> list[bytes]:
+        """The complete lines that arrived since the last call."""
         with self._lock:
-            text = self.data.decode(errors="replace")
-        return _parse_events(text)
+            end = self.data.rfind(b"\n") + 1
+            if end <= self.taken:
+                return []
+            chunk = bytes(self.data[self.taken:end])
+            self.taken = end
+        return chunk.split(b"\n")[:-1]
 
     def join(self) -> None:
         self._thread.join(timeout=5)
 
 
-def _spawn_student(request: dict, cwd: Path, stdout, pass_fds=()) -> tuple[subprocess.Popen, _EventPipe]:
+def _limit_files() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _child_setup():
+    """The ``preexec_fn`` of every process the grader starts: it dies with the grader, and its files are capped."""
+    arm = isolation.dies_with_this_process()
+
+    def setup() -> None:
+        arm()
+        _limit_files()
+
+    return setup
+
+
+def _spawn_student(request: dict, cwd: Path, stdout, pass_fds=(), isolated: bool = False
+                   ) -> tuple[subprocess.Popen, _EventPipe]:
     """Start the guarded student process: its request goes over its stdin (never written to disk), its events
-    come back over a pipe of their own, its address space and file sizes are capped."""
+    come back over a pipe of their own, its address space and file sizes are capped. ``isolated``: in a
+    bubblewrap sandbox that holds a copy of the module alone (``isolation.py``)."""
     events = _EventPipe()
     request = {**request, "blocked_prefixes": [str(Path(tempfile.gettempdir()) / p) for p in WORK_PREFIXES],
                "memory_limit": MEMORY_LIMIT_BYTES}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-I", "-B", str(SANDBOX), str(events.write_fd)], cwd=cwd, env=env,
-                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT,
-                            pass_fds=(events.write_fd, *pass_fds), start_new_session=True)
+    if isolated:
+        submission = cwd / "submission"
+        submission.mkdir(parents=True, exist_ok=True)
+        name = Path(request["module"]).name
+        shutil.copyfile(request["module"], submission / name)
+        request = {**request, "module": f"{isolation.SUBMISSION_DIR}/{name}", "site_dirs": isolation.site_dirs(),
+                   "isolated": True}
+        cmd = isolation.command(str(submission), [str(events.write_fd)], allow_sapo_lab=request["allow_sapo_lab"])
+    else:
+        cmd = [sys.executable, "-I", "-B", str(SANDBOX), str(events.write_fd)]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT,
+                            pass_fds=(events.write_fd, *pass_fds), start_new_session=True,
+                            preexec_fn=_child_setup())
     events.start()
-    try:
-        import resource
-
-        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (FILE_SIZE_CAP, FILE_SIZE_CAP))
-    except (ImportError, AttributeError, OSError, ValueError):
-        pass
     try:
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.close()
@@ -261,11 +304,24 @@ def _spawn_student(request: dict, cwd: Path, stdout, pass_fds=()) -> tuple[subpr
     return proc, events
 
 
-def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
-    """Run the student's process on ``request``: killed (with its process group) ``time_limit`` seconds after it
-    has loaded torch, or STARTUP_LIMIT_S after it started if it never does; output capped at OUTPUT_CAP bytes."""
+def _kill(proc: subprocess.Popen) -> None:
+    """End a student process and its group at once (in a sandbox, bwrap takes every process inside with it)."""
+    try:
+        os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_child(request: dict, workdir: Path, time_limit: float, budget: Budget | None = None,
+              isolated: bool = False) -> ChildRun:
+    """Run the student's process on ``request``: killed (with everything it started) when one call (or the
+    import) goes ``time_limit`` seconds without an answer, when ``budget`` runs out, or STARTUP_LIMIT_S after it
+    started if it never loads torch; its messages checked as they arrive; output capped at OUTPUT_CAP bytes."""
+    budget = budget or Budget(math.inf)
     workdir.mkdir(parents=True, exist_ok=True)
-    proc, events = _spawn_student(request, workdir, subprocess.PIPE)
+    calls = {c["key"]: c["part"] for c in request["calls"]}
+    proc, pipe = _spawn_student(request, workdir, subprocess.PIPE, isolated=isolated)
     kept = bytearray()
 
     def drain():
@@ -275,23 +331,44 @@ def run_child(request: dict, workdir: Path, time_limit: float) -> ChildRun:
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    started, ready_at, timed_out = time.monotonic(), None, False
-    while proc.poll() is None:
+    events: list = []
+    started = time.monotonic()
+    clock = {"ready": None, "progress": None}
+
+    def take() -> None:
         now = time.monotonic()
-        if ready_at is None and any(e.get("event") == "ready" for e in events.events()):
-            ready_at = now
-        if (ready_at is not None and now - ready_at > time_limit) or now - started > STARTUP_LIMIT_S:
-            timed_out = True
+        for line in pipe.new_lines():
             try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+                event = parse_event(line, calls)
+            except Malformed as exc:
+                events.append({"event": "malformed", "why": str(exc)})
+                continue
+            events.append(event)
+            if event["event"] == "ready" and clock["ready"] is None:
+                clock["ready"] = now
+            clock["progress"] = now
+
+    timed_out = None
+    while proc.poll() is None:
+        take()
+        now = time.monotonic()
+        if clock["ready"] is None:
+            timed_out = "startup" if now - started > STARTUP_LIMIT_S else None
+        elif now - clock["ready"] >= budget.left():
+            timed_out = "budget"
+        elif now - clock["progress"] > time_limit:
+            timed_out = "call"
+        if timed_out:
+            _kill(proc)
             break
         time.sleep(0.05)
+    ended = time.monotonic()
     reader.join(timeout=5)
-    events.join()
-    return ChildRun(events.events(), proc.returncode, timed_out, kept.decode(errors="replace"))
+    pipe.join()
+    take()
+    if clock["ready"] is not None:
+        budget.charge(ended - clock["ready"])
+    return ChildRun(events, proc.returncode, timed_out, kept.decode(errors="replace"))
 
 
 def _blocked_paths(allow_sapo_lab: bool) -> tuple[list, list]:
@@ -306,10 +383,12 @@ def refusal_line(path: str, what: str) -> str:
     return f"{path} {what}: the grader refuses this; a submission computes its answers with torch alone"
 
 
-def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S) -> dict:
+def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
+                budget: Budget | None = None, isolated: bool = False) -> dict:
     """Run the student's functions on ``calls`` (part -> [(key, kwargs)]) in the processes of
     ``substitutes.PROCESSES``; return key -> the call's result (``outputs`` and ``meta``, or ``error``).
     NotGradable when the module is refused, does not import, or ends its process while importing."""
+    budget = budget or Budget(BUDGET_S)
     blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
     requests = []
     for graded, substituted in substitutes.PROCESSES:
@@ -327,52 +406,89 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
         for i, request in enumerate(requests):
-            outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit))
+            outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit, budget, isolated))
             if any(run.first("refused") or run.first("imported") is None for run in outcomes[-1][0]):
                 break
     runs = [run for process_runs, _ in outcomes for run in process_runs]
     for run in runs:
         refused = run.first("refused")
         if refused:
-            raise NotGradable(refusal_line(path, refused.get("message", "imports sapo_lab")))
+            raise NotGradable(refusal_line(path, refused["message"]))
     for run in runs:
         failed = run.first("import_failed")
         if failed:
-            raise NotGradable(f"{path} does not import: {failed.get('message', '')}")
+            raise NotGradable(f"{path} does not import: {failed['message']}")
         if run.first("imported") is None:
             if run.first("ready") is None:
-                last = (run.output.strip().splitlines() or ["no output"])[-1][:200]
+                last = one_line((run.output.strip().splitlines() or ["no output"])[-1], 200)
                 raise NotGradable(f"the grading process did not start (exit status {run.returncode}): {last}")
+            if run.timed_out == "budget":
+                raise NotGradable(f"{path} did not finish importing within the time budget ({budget.total:g} s)")
             if run.timed_out:
                 raise NotGradable(f"{path} did not finish importing within the time limit ({time_limit:g} s)")
             raise NotGradable(f"{path} ended the grading process while importing (exit status {run.returncode})")
     return {key: result for _, results in outcomes for key, result in results.items()}
 
 
-def _run_calls(request: dict, workdir: Path, time_limit: float) -> tuple[list, dict]:
-    """Run ``request``'s calls; when a call hangs or ends the process, record that for the call and go on with
-    the calls after it in a fresh process, so one such call costs only its own part. Returns every process's
-    ChildRun and key -> result."""
-    runs, results, todo = [], {}, list(request["calls"])
+NOT_ACCEPTED = "sent the grader a message it does not accept: "
+
+
+def _collect(run: ChildRun, todo: list, results: dict, forged: dict) -> str | None:
+    """Record ``run``'s results in ``results`` (key -> result); a message that broke the schema, or a second
+    result for one call, condemns the call in progress (or else the next one not yet answered) in ``forged``.
+    Returns the key of a call that started and never answered."""
+    current = None
+    for e in run.events:
+        kind = e["event"]
+        if kind == "start":
+            current = e["key"]
+        elif kind == "result":
+            if e["key"] in results:
+                forged.setdefault(e["key"], NOT_ACCEPTED + "a second result for one call")
+            else:
+                results[e["key"]] = {k: e[k] for k in ("outputs", "meta", "error") if k in e}
+            if current == e["key"]:
+                current = None
+        elif kind == "malformed":
+            target = current or next((c["key"] for c in todo if c["key"] not in results), None)
+            if target is not None:
+                forged.setdefault(target, NOT_ACCEPTED + e["why"])
+    return current
+
+
+def _run_calls(request: dict, workdir: Path, time_limit: float, budget: Budget, isolated: bool = False
+               ) -> tuple[list, dict]:
+    """Run ``request``'s calls; when a call hangs or ends the process, record that for the call, skip the rest
+    of its part (already failed) and go on with the other parts' calls in a fresh process, so one such call costs
+    only its own part and each part at most one time limit. When ``budget`` runs out, the calls not yet answered
+    are not graded. Returns every process's ChildRun and key -> result."""
+    runs, results, forged, todo = [], {}, {}, list(request["calls"])
     while todo:
-        run = run_child({**request, "calls": todo}, workdir / f"run{len(runs)}", time_limit)
+        if budget.left() <= 0:
+            results.update({c["key"]: {"error": budget.ran_out()} for c in todo})
+            break
+        run = run_child({**request, "calls": todo}, workdir / f"run{len(runs)}", time_limit, budget, isolated)
         runs.append(run)
         if run.first("imported") is None or run.first("refused") is not None:
             break
-        for e in run.events:
-            if e.get("event") == "result" and e.get("key") not in results:
-                results[e["key"]] = e
-        started = [e.get("key") for e in run.events if e.get("event") == "start"]
-        stuck = started[-1] if started and started[-1] not in results else None
-        if stuck is not None:
-            results[stuck] = {"error": f"exceeded the time limit ({time_limit:g} s)" if run.timed_out
-                              else f"ended the grading process (exit status {run.returncode})"}
+        stuck = _collect(run, todo, results, forged)
+        if stuck is not None and stuck not in results:
+            results[stuck] = {"error": {"call": f"exceeded the time limit ({time_limit:g} s)",
+                                        "budget": budget.ran_out()}.get(
+                run.timed_out, f"ended the grading process (exit status {run.returncode})")}
+            part = next(c["part"] for c in todo if c["key"] == stuck)
+            results.update({c["key"]: {"error": f"not graded: an earlier call of {part} did not answer"}
+                            for c in todo if c["part"] == part and c["key"] not in results})
+        if run.timed_out == "budget":
+            results.update({c["key"]: {"error": budget.ran_out()} for c in todo if c["key"] not in results})
+            break
         left = [c for c in todo if c["key"] not in results]
         if len(left) == len(todo):  # no progress: the process ended before its first call
             for c in left:
                 results[c["key"]] = {"error": f"not graded: the grading process ended (exit status {run.returncode})"}
             break
         todo = left
+    results.update({key: {"error": why} for key, why in forged.items()})
     return runs, results
 
 
@@ -493,10 +609,22 @@ def computed_mistakes(part: str, inputs: dict) -> dict:
             "the two aggregations swapped": {"per_response": token_pool, "token_pool": per_response}}
 
 
+def sandbox_status(isolate: bool = True) -> isolation.SandboxStatus:
+    """Whether the student's processes run in a bubblewrap sandbox (``isolate`` False: the audit hook alone, as
+    where bubblewrap is missing; the tests of the hook's own messages use it)."""
+    return isolation.sandbox_status() if isolate else isolation.SandboxStatus(False, "isolation turned off")
+
+
+def time_line(time_limit: float, budget: float) -> str:
+    return (f"time limits: {time_limit:g} s for each call (--time-limit), {budget:g} s for all the module's calls "
+            "together (--budget)")
+
+
 def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time_limit: float = TIME_LIMIT_S,
-          expected: dict | None = None, parts=None) -> Report:
+          expected: dict | None = None, parts=None, budget: float = BUDGET_S, isolate: bool = True) -> Report:
     """Grade every part (or ``parts``) of the student's module at ``path`` on the frozen cases and on fresh cases
-    drawn from ``seed`` (random when None, and stated in the report). NotGradable when it cannot be graded."""
+    drawn from ``seed`` (random when None, and stated in the report), the student's code in a sandbox where this
+    machine has bubblewrap (the report says whether it had). NotGradable when it cannot be graded."""
     p = Path(path)
     if p.is_dir():
         raise NotGradable(f"{path} is a folder: name your module's .py file (e.g. {Path(path) / 'sapo_assignment.py'})")
@@ -512,8 +640,9 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
     fresh = fresh_calls(seed)
     calls = {part: [(f"{part}/frozen/{i}", case["inputs"]) for i, case in enumerate(expected[part])]
              + [(f"{part}/fresh/{i}", kw) for i, (kw, _) in enumerate(fresh[part])] for part in parts}
-    results = run_student(str(p), calls, allow_sapo_lab, time_limit)
-    report = Report(seed=seed)
+    status = sandbox_status(isolate)
+    results = run_student(str(p), calls, allow_sapo_lab, time_limit, Budget(budget), status.isolated)
+    report = Report(seed=seed, header=[status.line, time_line(time_limit, budget)])
     for part in parts:
         frozen = [({**case, "mistakes": {**case.get("mistakes", {}), **computed_mistakes(part, case["inputs"])}},
                    results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
@@ -555,9 +684,11 @@ class StudentLoss:
     ``self(logp, behavior_logp, advantages, mask, tau_pos=, tau_neg=)`` returns ``value + <grad, logp - logp.detach()>``:
     the student's loss value, whose gradient with respect to ``logp`` is the student's gradient."""
 
-    def __init__(self, module_path: str, workdir: Path, allow_sapo_lab: bool = False, call_limit: float | None = None):
+    def __init__(self, module_path: str, workdir: Path, allow_sapo_lab: bool = False, call_limit: float | None = None,
+                 budget: float | None = None, isolate: bool = True):
         self.path = module_path
         self.call_limit = TIME_LIMIT_S if call_limit is None else call_limit
+        self.budget = Budget(BUDGET_S if budget is None else budget)  # the seconds of every sapo_loss call together
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
@@ -566,16 +697,25 @@ class StudentLoss:
                    "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
                    "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
                    "serve": [request_read, reply_write]}
-        self.proc, self._event_pipe = _spawn_student(request, workdir, sys.stderr.fileno(),
-                                                     pass_fds=(request_read, reply_write))
+        # what the module prints is not shown (the training process's output is relayed to the grader's stderr)
+        self.proc, self._event_pipe = _spawn_student(request, workdir, subprocess.DEVNULL,
+                                                     pass_fds=(request_read, reply_write),
+                                                     isolated=sandbox_status(isolate).isolated)
         os.close(request_read)
         os.close(reply_write)
         self._buffer = bytearray()
+        self._seen: list = []
         self.refused: str | None = None
 
     # ---- the student's process --------------------------------------------------------------------------
     def _events(self) -> list:
-        return self._event_pipe.events()
+        """The events so far (checked; one that broke the schema is a ``malformed`` event)."""
+        for line in self._event_pipe.new_lines():
+            try:
+                self._seen.append(parse_event(line, {}))
+            except Malformed as exc:
+                self._seen.append({"event": "malformed", "why": str(exc)})
+        return self._seen
 
     def _ended(self) -> StudentLossError:
         """The error to raise once the student's process has stopped answering."""
@@ -586,11 +726,11 @@ class StudentLoss:
         events = self._events()
         refused = next((e for e in events if e.get("event") == "refused"), None)
         if refused is not None:
-            self.refused = refused.get("message", "imports sapo_lab")
+            self.refused = refused["message"]
             return StudentRefused(self.refused)
         failed = next((e for e in events if e.get("event") == "import_failed"), None)
         if failed is not None:
-            return StudentLossError(f"does not import: {failed.get('message', '')}")
+            return StudentLossError(f"does not import: {failed['message']}")
         return StudentLossError(f"the student's process ended (exit status {self.proc.returncode})")
 
     def wait_imported(self) -> None:
@@ -605,9 +745,9 @@ class StudentLoss:
         self.close(hung=True)
         raise StudentLossError(f"did not finish importing within the time limit ({self.call_limit:g} s)")
 
-    def _read(self, n: int | None = None) -> bytes:
-        """One line (``n`` None) or ``n`` bytes of the reply; StudentLossError past the call's time limit."""
-        deadline = time.monotonic() + self.call_limit
+    def _read(self, deadline: float, n: int | None = None) -> bytes:
+        """One line (``n`` None) or ``n`` bytes of the reply; StudentLossError past ``deadline`` (the call's time
+        limit, or the end of the budget)."""
         while True:
             end = self._buffer.find(b"\n") + 1 if n is None else (n if len(self._buffer) >= n else 0)
             if end:
@@ -617,6 +757,9 @@ class StudentLoss:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.close(hung=True)
+                if self.budget.left() < self.call_limit:
+                    raise StudentLossError(f"sapo_loss calls ran past the time budget ({self.budget.total:g} s "
+                                           "for all of them, --budget)")
                 raise StudentLossError(f"sapo_loss did not return within the time limit ({self.call_limit:g} s)")
             ready, _, _ = select.select([self._reply_read], [], [], left)
             if ready:
@@ -632,6 +775,8 @@ class StudentLoss:
         sent = [t.detach().to("cpu", wire).contiguous() for t in (logp, behavior_logp, advantages, mask)]
         head = {"dtype": str(wire).removeprefix("torch."), "shapes": [list(t.shape) for t in sent],
                 "tau_pos": float(tau_pos), "tau_neg": float(tau_neg)}
+        began = time.monotonic()
+        deadline = began + min(self.call_limit, self.budget.left())
         try:
             os.write(self._request_write, json.dumps(head).encode() + b"\n")
             for t in sent:
@@ -641,17 +786,21 @@ class StudentLoss:
         except BrokenPipeError:
             raise self._ended() from None
         try:
-            reply = json.loads(self._read())
-        except ValueError:
-            raise StudentLossError("the student's process answered something that is not a reply") from None
+            reply = parse_reply(self._read(deadline))
+        except Malformed as exc:
+            self.close(hung=True)
+            raise StudentLossError(f"{NOT_ACCEPTED}{exc}") from None
+        finally:
+            self.budget.charge(time.monotonic() - began)
         if "refused" in reply:
-            self.refused = str(reply["refused"])
+            self.refused = reply["refused"]
             raise StudentRefused(self.refused)
         if reply.get("not_implemented"):
             raise NotImplementedError("sapo_loss")
-        if "error" in reply or not isinstance(reply.get("loss"), (int, float)):
-            raise StudentLossError(str(reply.get("error", "no loss in the reply"))[:200])
-        grad = torch.frombuffer(bytearray(self._read(sent[0].numel() * sent[0].element_size())), dtype=wire)
+        if "error" in reply:
+            raise StudentLossError(reply["error"])
+        grad = self._read(deadline, sent[0].numel() * sent[0].element_size())
+        grad = torch.frombuffer(bytearray(grad), dtype=wire)
         grad = grad.reshape(logp.shape).to(logp.device, logp.dtype)
         value = torch.tensor(reply["loss"], dtype=logp.dtype, device=logp.device)
         return value + (grad * (logp - logp.detach())).sum()
@@ -729,23 +878,25 @@ def training_verdict(gain: float, steps, min_gain: float = TRAIN_MIN_GAIN) -> Pa
 def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None = None,
                    min_gain: float = TRAIN_MIN_GAIN, time_limit: float = TRAIN_TIME_LIMIT_S, err=None,
                    reward: tuple[str, str] | None = None, allow_sapo_lab: bool = False,
-                   call_limit: float = TIME_LIMIT_S) -> PartResult:
+                   call_limit: float = TIME_LIMIT_S, budget: float = BUDGET_S, isolate: bool = True) -> PartResult:
     """The training part in its own process (``train_child.py``), whose trainer calls the student's ``sapo_loss`` in
     a guarded student process (refused there like the other parts unless ``allow_sapo_lab``); its output
     (progress and the student's prints) is relayed to ``err`` (stderr) up to TRAIN_OUTPUT_CAP bytes; the numbers
     it returns are compared with ``min_gain`` here. ``reward`` (file, function name) replaces the task's reward
-    there. ``call_limit`` (``grade --time-limit``) is the seconds each ``sapo_loss`` call may take."""
+    there. ``call_limit`` (``grade --time-limit``) is the seconds each ``sapo_loss`` call may take, ``budget``
+    (``--budget``) the seconds all of them may take together."""
     err = err or sys.stderr
     result_read, result_write = os.pipe()
     request = {"module": str(Path(path).resolve()), "config": config, "reward": reward,
-               "allow_sapo_lab": allow_sapo_lab, "call_limit": call_limit, "result_fd": result_write,
+               "allow_sapo_lab": allow_sapo_lab, "call_limit": call_limit, "budget": budget, "isolate": isolate,
+               "result_fd": result_write,
                "overrides": TRAIN_OVERRIDES if overrides is None else overrides}
     with tempfile.TemporaryDirectory(prefix="sapo-train-") as tmp:
         # the request goes over stdin and the result comes back over a pipe of its own: no file the student's
         # process could read or overwrite
         proc = subprocess.Popen([sys.executable, "-m", "sapo_lab.course.train_child"], cwd=tmp,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=(result_write,), start_new_session=True)
+                                pass_fds=(result_write,), start_new_session=True, preexec_fn=_child_setup())
         os.close(result_write)
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.close()
@@ -794,20 +945,26 @@ def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None
 
 
 def run_grade(path: str, train: bool = False, out=print, seed: int | None = None, allow_sapo_lab: bool = False,
-              time_limit: float = TIME_LIMIT_S) -> int:
-    """The ``grade`` command: print the report; 0 all passed, 1 a part failed, 2 not gradable (one line)."""
-    if not (time_limit > 0 and math.isfinite(time_limit)):
-        print(f"error: --time-limit must be a positive number of seconds, got {time_limit!r}", file=sys.stderr)
-        return 2
+              time_limit: float = TIME_LIMIT_S, budget: float = BUDGET_S) -> int:
+    """The ``grade`` command: print the report; 0 all passed, 1 a part failed, 2 not gradable (one line, which
+    says so where the run was not isolated)."""
+    for flag, value in (("--time-limit", time_limit), ("--budget", budget)):
+        if not (value > 0 and math.isfinite(value)):
+            print(f"error: {flag} must be a positive number of seconds, got {value!r}", file=sys.stderr)
+            return 2
     try:
-        report = grade(path, seed=seed, allow_sapo_lab=allow_sapo_lab, time_limit=time_limit)
+        report = grade(path, seed=seed, allow_sapo_lab=allow_sapo_lab, time_limit=time_limit, budget=budget)
     except NotGradable as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        status = sandbox_status()
+        print(f"error: {exc}" + ("" if status.isolated else f" [{status.line}]"), file=sys.stderr)
         return 2
+    if allow_sapo_lab:
+        report.header.append("sapo_lab allowed (--allow-sapo-lab): for trying the grader, not for credit")
     if train:
         print(f"training {TRAIN_CONFIG} for {TRAIN_STEPS} steps with your sapo_loss (progress on stderr)",
               file=sys.stderr, flush=True)
-        report.parts.append(train_isolated(path, allow_sapo_lab=allow_sapo_lab, call_limit=time_limit))
+        report.parts.append(train_isolated(path, allow_sapo_lab=allow_sapo_lab, call_limit=time_limit,
+                                           budget=budget))
     for line in report.lines():
         out(line)
     if not train:

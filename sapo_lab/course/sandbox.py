@@ -292,17 +292,102 @@ def serve(fn, fds, refusals, out) -> int:
 
 
 def _limit_memory(extra_bytes: int) -> None:
-    """Cap the process's address space at what it holds now (torch loaded) plus ``extra_bytes``: a call that
-    allocates past it raises MemoryError, reported as that call's error."""
+    """Cap the process's address space at what it holds now (torch loaded) plus ``extra_bytes``, the hard limit
+    too, so the module cannot raise it again: a call that allocates past it raises MemoryError, reported as that
+    call's error."""
     import resource
 
     with open("/proc/self/statm") as f:
         held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     limit = held + int(extra_bytes)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+# seccomp: (AUDIT_ARCH, system call numbers) of the machines whose filter is written here
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone": 56, "clone3": 435},
+               317),
+    "aarch64": (0xC00000B7, {"execve": 221, "execveat": 281, "clone": 220, "clone3": 435}, 277),
+}
+
+
+def _filter_program(arch: int, calls: dict) -> list:
+    """A seccomp filter (classic BPF) that refuses new processes and programs: fork, vfork and clone without
+    CLONE_THREAD fail with EPERM (threads stay allowed), clone3 with ENOSYS (the C library then uses clone),
+    execve and execveat with EPERM; a system call of another ABI ends the process."""
+    import errno
+
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill),  # the ABI this filter's numbers belong to
+            (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # x32's numbers
+    for name in ("fork", "vfork", "execve", "execveat"):
+        if name in calls:
+            prog += [(jeq, 0, 1, calls[name]), (ret, 0, 0, eperm)]
+    prog += [(jeq, 0, 1, calls["clone3"]), (ret, 0, 0, enosys),
+             (jeq, 0, 4, calls["clone"]), (ld, 0, 0, 16), (jset, 0, 1, 0x00010000),  # CLONE_THREAD in flags
+             (ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    return prog
+
+
+def _forbid_new_processes() -> str | None:
+    """Install the filter of :func:`_filter_program` on every thread of this process (it cannot be removed, and
+    every later thread inherits it); None when done, else why not."""
+    import ctypes
+    import platform
+
+    machine = platform.machine()
+    if not sys.platform.startswith("linux") or machine not in _SECCOMP_ARCH:
+        return f"no seccomp filter for {sys.platform} on {machine}"
+    arch, calls, seccomp_call = _SECCOMP_ARCH[machine]
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    prog = _filter_program(arch, calls)
+    table = (Instruction * len(prog))(*[Instruction(*i) for i in prog])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs without privileges
+        return f"PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
+    # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: every thread torch started gets it too
+    if libc.syscall(seccomp_call, 1, 1, ctypes.byref(Program(len(prog), table))) != 0:
+        return f"seccomp failed (errno {ctypes.get_errno()})"
+    return None
+
+
+def probe(argv) -> int:
+    """``sandbox.py --probe HIDDEN SITE...``, run inside a fresh sandbox by the grader: print ``isolated`` when
+    every path of HIDDEN (joined by os.pathsep: the package, the tests, the frozen outputs) is out of sight, every
+    SITE folder is there, and starting a process fails."""
+    hidden, sites = argv[2].split(os.pathsep), argv[3:]
+    seen = [h for h in hidden if os.path.exists(h)]
+    if seen:
+        print(f"{seen[0]} is visible in the sandbox")
+        return 1
+    missing = [s for s in sites if not os.path.isdir(s)]
+    if missing:
+        print(f"{missing[0]} is missing in the sandbox")
+        return 1
+    why = _forbid_new_processes()
+    if why:
+        print(why)
+        return 1
+    try:
+        pid = os.fork()
+    except PermissionError:
+        print("isolated")
+        return 0
+    if pid == 0:
+        os._exit(0)
+    print("a process started past the seccomp filter")
+    return 1
 
 
 def main(argv) -> int:
@@ -312,6 +397,7 @@ def main(argv) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     out = os.fdopen(int(argv[1]), "w")  # an inherited pipe to the grading process, one line per event
+    sys.path += request.get("site_dirs", [])  # in the sandbox (no site module): where torch and numpy are
     import torch
 
     torch.set_num_threads(1)
@@ -322,6 +408,10 @@ def main(argv) -> int:
         request["serve"] = (os.fdopen(request["serve"][0], "rb"), os.fdopen(request["serve"][1], "wb"))
     if request.get("memory_limit"):
         _limit_memory(request["memory_limit"])
+    why_not = _forbid_new_processes()
+    if why_not and request.get("isolated"):
+        print(f"the sandbox could not forbid new processes: {why_not}", flush=True)
+        return 1
     here = os.path.realpath(__file__)
     refusals: list = []  # what the guard refused; the guard itself is held by no frame the module can reach
     guard_settings = (request["blocked_dirs"], request["blocked_files"], not request["allow_sapo_lab"], here,
@@ -342,6 +432,8 @@ def main(argv) -> int:
         sys.modules["student_submission"] = module
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are reported too
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "sapo_lab" and not refusals:
+            refusals.append("imports sapo_lab (not installed where a submission runs)")
         if refusals:
             _emit(out, event="refused", message=refusals[0])
         else:
@@ -385,9 +477,9 @@ def main(argv) -> int:
     return 0
 
 
-
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--probe"]:
+        sys.exit(probe(sys.argv))
     if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # the folder of this file (when not started with -I): sapo_lab's modules by short name
     status = main(sys.argv)

@@ -42,7 +42,8 @@ def main(argv) -> int:
     path = request["module"]
     with tempfile.TemporaryDirectory(prefix="sapo-student-") as tmp:
         student = StudentLoss(path, Path(tmp), allow_sapo_lab=bool(request.get("allow_sapo_lab")),
-                              call_limit=request.get("call_limit"))
+                              call_limit=request.get("call_limit"), budget=request.get("budget"),
+                              isolate=request.get("isolate", True))
         try:
             student.wait_imported()
             result, summary = grader.train_part(SimpleNamespace(sapo_loss=student), request["config"],
@@ -59,7 +60,7 @@ def main(argv) -> int:
         # the guard sends its refusal itself, so it counts even when the module hid the error from the trainer
         sent = next((e for e in student._events() if e.get("event") == "refused"), None)
         if sent is not None and not student.refused:
-            student.refused = str(sent.get("message", "was refused"))
+            student.refused = sent["message"]
         if student.refused:  # refused while training, though the trainer caught the error: no result counts
             record = {"error": grader.refusal_line(path, student.refused)}
     with result_pipe:

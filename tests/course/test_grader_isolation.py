@@ -24,9 +24,14 @@ SEED = 7
 FULL = sum(points for points, _ in grader.PARTS.values())
 
 
+EXEC_HANDOUT = f"exec(open({str(HANDOUT)!r}).read())"
+
+
 def write(tmp_path, text: str, name: str = "submission.py") -> Path:
+    """The module ``text``, its line EXEC_HANDOUT replaced by the handout module's text (a module in the sandbox
+    sees no file but itself)."""
     path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
+    path.write_text(textwrap.dedent(text).replace(EXEC_HANDOUT, HANDOUT.read_text()))
     return path
 
 
@@ -36,7 +41,8 @@ def earned(stdout: str) -> int:
 
 
 def refusal(module: Path, **kwargs) -> str:
-    """The one line the grader refuses ``module`` with (one grading process: the refusal comes at import)."""
+    """The one line the grader refuses ``module`` with (one grading process: the refusal comes at import);
+    ``isolate=False`` for the audit hook's own words, as where bubblewrap is missing."""
     with pytest.raises(grader.NotGradable) as refused:
         grader.grade(str(module), seed=SEED, parts=["group_advantages"], **kwargs)
     message = str(refused.value)
@@ -54,11 +60,10 @@ def test_a_module_that_hands_back_the_frozen_outputs_earns_nothing(tmp_path):
     # catches: points given on the frozen cases alone (the fresh cases are what such a module cannot know)
     table = {part: [[case["inputs"], case["expected"]] for case in cases]
              for part, cases in grader.expected_outputs().items()}
-    (tmp_path / "frozen_table.json").write_text(json.dumps(table))
     module = write(tmp_path, f"""
         import json
         import torch
-        TABLE = json.load(open({str(tmp_path / "frozen_table.json")!r}))
+        TABLE = json.loads({json.dumps(table)!r})
 
         def _lookup(part, **given):
             for inputs, expected in TABLE[part]:
@@ -83,8 +88,9 @@ def test_a_module_that_hands_back_the_frozen_outputs_earns_nothing(tmp_path):
 
 
 def test_a_module_that_reads_the_frozen_outputs_file_is_refused(tmp_path):
-    # catches: the frozen outputs readable from the student's process, by their path or through a link to them
-    # (a guard that compares the path as given, not the file it leads to)
+    # catches: the frozen outputs readable from the student's process by the audit hook's rules, by their path or
+    # through a link to them (a guard that compares the path as given, not the file it leads to); the sandbox,
+    # where the link and the file are not there at all, is tested in test_grader_escapes.py
     link = tmp_path / "frozen.json"
     link.symlink_to(grader.EXPECTED)
     for path in (grader.EXPECTED, link):
@@ -92,7 +98,7 @@ def test_a_module_that_reads_the_frozen_outputs_file_is_refused(tmp_path):
             import json
             FROZEN = json.load(open({str(path)!r}))
             """)
-        assert str(grader.EXPECTED) in refusal(module), path
+        assert str(grader.EXPECTED) in refusal(module, isolate=False), path
 
 
 def test_a_module_that_patches_the_graders_comparison_gains_nothing(tmp_path):
@@ -162,10 +168,11 @@ FROM_FILE = (f"import importlib.util\nspec = importlib.util.spec_from_file_locat
 ])
 def test_a_module_that_imports_sapo_lab_in_any_form_is_refused(tmp_path, how, body, says):
     # catches: a refusal that reads only the module's own import statements (the old check read the source
-    # for sapo_lab.objective), or one the module can catch and carry on from
+    # for sapo_lab.objective), or one the module can catch and carry on from: the audit hook's words (in the
+    # sandbox a helper module beside the submission is not there, nor sapo_lab)
     (tmp_path / "helper_that_imports.py").write_text(HELPER)
     module = write(tmp_path, f"exec(open({str(HANDOUT)!r}).read())\n" + body)
-    assert says in refusal(module)
+    assert says in refusal(module, isolate=False)
 
 
 def test_a_module_that_imports_sapo_lab_inside_a_function_is_refused(tmp_path):

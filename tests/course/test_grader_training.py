@@ -25,9 +25,14 @@ WRAPS = ROOT / "tests" / "course" / "assignment_modules" / "wraps_sapo_lab.py"
 PARITY = (str(ROOT / "tests" / "_micro.py"), "parity_reward")  # a reward under which micro's updates are not zero
 
 
+EXEC_HANDOUT = f"exec(open({str(HANDOUT)!r}).read())"
+
+
 def write(tmp_path, text: str) -> Path:
+    """The module ``text``, its line EXEC_HANDOUT replaced by the handout module's text (a module in the sandbox
+    sees no file but itself)."""
     path = tmp_path / "submission.py"
-    path.write_text(textwrap.dedent(text))
+    path.write_text(textwrap.dedent(text).replace(EXEC_HANDOUT, HANDOUT.read_text()))
     return path
 
 
