@@ -93,8 +93,16 @@ def _ratio(logp, behavior_logp, detach=True):
     return torch.exp(logp - (behavior_logp.detach() if detach else behavior_logp))
 
 
-def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, pick=torch.minimum, clip="ratio", detach=True,
-               agg=_per_response, sign=-1.0, masked=True):
+def _aggregate(values, mask, aggregation="per_response", *, swap=False, masked=True):
+    """The loss's mean: ``aggregation`` as asked, or the other one when ``swap``; padding averaged in unless
+    ``masked``."""
+    pooled = (aggregation == "token_pool") != swap
+    m = mask if masked else torch.ones_like(mask)
+    return _token_pool(values, m) if pooled else _per_response(values, m)
+
+
+def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, aggregation="per_response", *, pick=torch.minimum,
+               clip="ratio", detach=True, swap=False, sign=-1.0, masked=True):
     r = _ratio(logp, behavior_logp, detach)
     a = advantages[:, None]
     if clip == "ratio":
@@ -104,7 +112,7 @@ def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, pick=torch.min
     else:
         clipped = r * a
     per_token = sign * pick(r * a, clipped)
-    return agg(per_token, mask if masked else torch.ones_like(mask))
+    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked)
 
 
 CLIPPED_SURROGATE_LOSS = (
@@ -120,9 +128,10 @@ CLIPPED_SURROGATE_LOSS = (
     Mistake("the objective returned instead of the loss (the sign is flipped)",
             "the loss is minus the surrogate: return -mean(min(...))",
             lambda **kw: _clip_loss(**kw, sign=1.0)),
-    Mistake("all tokens pooled into one mean instead of a mean per response",
-            "average over each response's tokens first, then over responses",
-            lambda **kw: _clip_loss(**kw, agg=_token_pool)),
+    Mistake("the two aggregations swapped (per_response pooled, token_pool averaged per response)",
+            "per_response: each response's mean over its own tokens, then the mean over responses; token_pool: "
+            "one mean over every token of the batch",
+            lambda **kw: _clip_loss(**kw, swap=True)),
     Mistake("the mask left out: padding tokens enter the mean",
             "weight the per-token loss by the mask and divide by each response's own length",
             lambda **kw: _clip_loss(**kw, masked=False)),
@@ -157,15 +166,15 @@ SAPO_GATE = (
 
 
 # ---- SAPO's loss ----------------------------------------------------------------------------------------------
-def _sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, *, temperature="advantage",
-               prefactor=True, sign=-1.0, detach=True, agg=_per_response, masked=True):
+def _sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, aggregation="per_response", *,
+               temperature="advantage", prefactor=True, sign=-1.0, detach=True, swap=False, masked=True):
     r = _ratio(logp, behavior_logp, detach)
     a = advantages[:, None].expand_as(r)
     side = {"advantage": a > 0, "swapped": a <= 0, "ratio": r > 1, "single": torch.ones_like(a, dtype=torch.bool)}
     tau = torch.where(side[temperature], torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
     gate = torch.sigmoid(tau * (r - 1))
     per_token = sign * a * (4 / tau * gate if prefactor else gate)
-    return agg(per_token, mask if masked else torch.ones_like(mask))
+    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked)
 
 
 SAPO_LOSS = (
@@ -184,9 +193,10 @@ SAPO_LOSS = (
     Mistake("the objective returned instead of the loss (the sign is flipped)",
             "the loss is minus A times the gate: -A * f_tau(r)",
             lambda **kw: _sapo_loss(**kw, sign=1.0)),
-    Mistake("all tokens pooled into one mean instead of a mean per response",
-            "average over each response's tokens first, then over responses",
-            lambda **kw: _sapo_loss(**kw, agg=_token_pool)),
+    Mistake("the two aggregations swapped (per_response pooled, token_pool averaged per response)",
+            "per_response: each response's mean over its own tokens, then the mean over responses; token_pool: "
+            "one mean over every token of the batch",
+            lambda **kw: _sapo_loss(**kw, swap=True)),
     Mistake("the mask left out: padding tokens enter the mean",
             "weight the per-token loss by the mask and divide by each response's own length",
             lambda **kw: _sapo_loss(**kw, masked=False)),
