@@ -272,3 +272,78 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
     if e.numel() > 1:
         return f"{int(bad.sum())} of {e.numel()} elements differ; {largest}"
     return largest
+
+
+# ---- the graded assignment's further mistakes (topics as the grader's parts; the exercises' tuples unchanged) ----
+def _whole_batch_advantages(rewards, eps=1e-6):
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    return (r - r.mean()) / (r.std(unbiased=False) + eps)
+
+
+def _wrong_tensor_detached(loss):
+    """``loss`` with logp detached and behavior_logp not: the value is right, every gradient goes the wrong way."""
+    def compute(logp, behavior_logp, **kw):
+        return loss(logp=logp.detach(), behavior_logp=behavior_logp, **kw, detach=False)
+    return compute
+
+
+def _gspo_ratio(logp, behavior_logp, mask):
+    """GSPO's sequence ratio with no detach at all (the grader's behavior_logp mistakes take what they detach)."""
+    return torch.exp(((logp - behavior_logp) * mask).sum(-1) / mask.sum(-1))
+
+
+WRONG_TENSOR_DETACHED = ("the detach on the wrong tensor: logp detached, behavior_logp not",
+                         "detach behavior_logp (the old policy) and leave logp, the policy being trained, attached")
+GSPO_NOT_DETACHED = Mistake(
+    "behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
+    "detach behavior_logp in the log-ratio: logp - behavior_logp.detach()",
+    lambda logp, behavior_logp, mask: _gspo_ratio(logp, behavior_logp, mask))
+GSPO_WRONG_TENSOR = Mistake(
+    *WRONG_TENSOR_DETACHED, lambda logp, behavior_logp, mask: _gspo_ratio(logp.detach(), behavior_logp, mask))
+
+
+def _update(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05, *, advantages=None, **loss):
+    """Part 7's loss from a (P, G) reward table: ``advantages`` (a function of the table) in place of the
+    per-group normalisation, the rest as ``_sapo_loss`` with ``loss``'s switches."""
+    table = torch.as_tensor(rewards, dtype=torch.float64)
+    adv = (advantages or (lambda r: _adv(r, 1e-6)))(table).reshape(-1)
+    return _sapo_loss(logp, behavior_logp, adv, mask, tau_pos, tau_neg, **loss)
+
+
+UPDATE_LOSS = (
+    Mistake("advantages normalised over the whole batch instead of within each group",
+            "normalise each prompt's G rewards by their own mean and std: group_advantages(rewards)",
+            lambda **kw: _update(**kw, advantages=_whole_batch_advantages)),
+    Mistake("advantages divided by the sample standard deviation (G - 1 in the variance)",
+            "use the population standard deviation, as group_advantages does",
+            lambda **kw: _update(**kw, advantages=lambda r: _adv(r, 1e-6, unbiased=True))),
+    Mistake("the advantages flattened column by column (response j of every prompt together)",
+            "flatten row by row, advantages.reshape(-1): row i of logp is response i % G of prompt i // G",
+            lambda **kw: _update(**kw, advantages=lambda r: _adv(r, 1e-6).T)),
+    Mistake("the raw rewards used as advantages (no group normalisation)",
+            "normalise the rewards within each group first: group_advantages(rewards)",
+            lambda **kw: _update(**kw, advantages=lambda r: r)),
+    Mistake("tau_pos and tau_neg swapped",
+            "use tau_pos where the advantage is positive and tau_neg where it is negative",
+            lambda **kw: _update(**kw, temperature="swapped")),
+    Mistake("all tokens pooled into one mean instead of a mean per response",
+            "average over each response's tokens first, then over responses",
+            lambda **kw: _update(**kw, swap=True)),
+    Mistake("the objective returned instead of the loss (the sign is flipped)",
+            "the loss is minus A times the gate: -A * f_tau(r)",
+            lambda **kw: _update(**kw, sign=1.0)),
+    Mistake("behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
+            "detach behavior_logp; only logp (the policy being trained) carries a gradient",
+            lambda **kw: _update(**kw, detach=False)),
+    Mistake(*WRONG_TENSOR_DETACHED, _wrong_tensor_detached(_update)),
+)
+
+MISTAKES["group_advantages"] = GROUP_ADVANTAGES + (
+    Mistake("statistics taken over the whole batch instead of within each group",
+            "take the mean and std over each group's G responses: dim=-1 with keepdim=True",
+            _whole_batch_advantages),)
+MISTAKES["clipped_surrogate_loss"] = CLIPPED_SURROGATE_LOSS + (
+    Mistake(*WRONG_TENSOR_DETACHED, _wrong_tensor_detached(_clip_loss)),)
+MISTAKES["sapo_loss"] = SAPO_LOSS + (Mistake(*WRONG_TENSOR_DETACHED, _wrong_tensor_detached(_sapo_loss)),)
+MISTAKES["gspo_sequence_ratio"] = GSPO_SEQUENCE_RATIO + (GSPO_NOT_DETACHED, GSPO_WRONG_TENSOR)
+MISTAKES["update_loss"] = UPDATE_LOSS
