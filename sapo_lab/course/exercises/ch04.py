@@ -11,6 +11,12 @@ from ..checks import Exercise
 from ..mistakes import CLIPPED_SURROGATE_LOSS, Mistake
 
 
+def _catalogued(words: str, compute) -> Mistake:
+    """The catalogue's wording (name and fix) for the mistake whose name contains ``words``, computed per token."""
+    (found,) = [m for m in CLIPPED_SURROGATE_LOSS if words in m.name]
+    return Mistake(found.name, found.fix, compute)
+
+
 # ---- 04.ratio: logp (B, T), behavior_logp (B, T) -> (B, T) -------------------------------------------------------
 def token_ratio(logp, behavior_logp):
     """r = exp(log p - log b), with the stored denominator a constant: the gradient reaches logp only."""
@@ -29,8 +35,7 @@ def _ratio_cases() -> list[dict]:
 
 
 RATIO_MISTAKES = (
-    Mistake(CLIPPED_SURROGATE_LOSS[-1].name, CLIPPED_SURROGATE_LOSS[-1].fix,
-            lambda logp, behavior_logp: torch.exp(logp - behavior_logp)),
+    _catalogued("behavior_logp not detached", lambda logp, behavior_logp: torch.exp(logp - behavior_logp)),
     Mistake("the detach on the wrong tensor: logp detached, behavior_logp not",
             "the policy being trained is logp: detach behavior_logp instead, exp(logp - behavior_logp.detach())",
             lambda logp, behavior_logp: torch.exp(logp.detach() - behavior_logp)),
@@ -63,9 +68,8 @@ def _both_sides_min(ratio, adv, eps_low, eps_high):
 
 
 CLIPPED_SURROGATE_MISTAKES = (
-    Mistake(CLIPPED_SURROGATE_LOSS[2].name, CLIPPED_SURROGATE_LOSS[2].fix,
-            lambda ratio, adv, eps_low, eps_high: torch.minimum(
-                ratio * adv, torch.clamp(ratio * adv, 1 - eps_low, 1 + eps_high))),
+    _catalogued("r * A clipped", lambda ratio, adv, eps_low, eps_high: torch.minimum(
+        ratio * adv, torch.clamp(ratio * adv, 1 - eps_low, 1 + eps_high))),
     Mistake("max instead of min: the pessimistic bound turned into an optimistic one",
             "take torch.minimum(r * A, clip(r) * A)",
             lambda ratio, adv, eps_low, eps_high: torch.maximum(

@@ -89,11 +89,17 @@ def _objective_with(temperature, *, sign=1.0, prefactor=True):
     return compute
 
 
+def _catalogued(words: str, compute) -> Mistake:
+    """The catalogue's wording (name and fix) for the SAPO loss mistake whose name contains ``words``."""
+    (found,) = [m for m in SAPO_LOSS if words in m.name]
+    return Mistake(found.name, found.fix, compute)
+
+
 OBJECTIVE_MISTAKES = (
-    Mistake(SAPO_LOSS[1].name, SAPO_LOSS[1].fix, _objective_with("ratio")),
-    Mistake(SAPO_LOSS[0].name, SAPO_LOSS[0].fix, _objective_with("swapped")),
-    Mistake(SAPO_LOSS[2].name, SAPO_LOSS[2].fix, _objective_with("single")),
-    Mistake(SAPO_LOSS[3].name, SAPO_LOSS[3].fix, _objective_with("advantage", prefactor=False)),
+    _catalogued("ratio's side", _objective_with("ratio")),
+    _catalogued("tau_pos and tau_neg swapped", _objective_with("swapped")),
+    _catalogued("one temperature", _objective_with("single")),
+    _catalogued("4 / tau prefactor left out", _objective_with("advantage", prefactor=False)),
     Mistake("the loss -A f_tau(r) returned instead of the objective A f_tau(r)",
             "return the objective to maximize, A * f_tau(r); the minus sign belongs to the loss",
             _objective_with("advantage", sign=-1.0)),
