@@ -189,12 +189,12 @@ class ReportCard:
             lines += wrap(r.line(), "    ", "  - ")
         for dtype, _, line in self.precision_differences():
             lines += wrap(f"in {dtype} only: {line}", "    ", "  - ")
-        for line in self.precision_lines():
-            lines += wrap(line, "    ", "  ")
         if self.only_empty_differ():
             lines += wrap(EMPTY_ONLY_NOTE, "    ", "  note: ")
         for note in [r.summary for r in self.notes()] + list(notes):
             lines += wrap(note, "    ", "  note: ")
+        for line in self.precision_lines():
+            lines += wrap(line, "    ", "  ")
         lines += wrap(f"Level: {FINDING_LEVELS[self.finding_level]}; tau_pos = {self.tau_pos:g}, "
                       f"tau_neg = {self.tau_neg:g}.")
         if self.meta.get("allowance"):
@@ -218,8 +218,8 @@ class ReportCard:
                   if self.meta.get(k)]
         lines += [f"- {cell(r.line())}" for r in self.differences()]
         lines += [f"- in {dtype} only: {cell(line)}" for dtype, _, line in self.precision_differences()]
-        lines += [f"- {cell(line)}" for line in self.precision_lines()]
         lines += [f"- note: {cell(r.summary)}" for r in self.notes()]
+        lines += [f"- {cell(line)}" for line in self.precision_lines()]
         lines += ["", f"tau_pos = {self.tau_pos:g}, tau_neg = {self.tau_neg:g}; findings: "
                   f"{FINDING_LEVELS[self.finding_level]}."
                   + (f" {cell(self.meta['allowance'])}." if self.meta.get("allowance") else ""), "",

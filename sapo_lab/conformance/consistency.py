@@ -29,7 +29,10 @@ from .context import BATCH, Context, error_row, verdict
 from .preflight import AdapterError
 from .probes import Batch, make_batch
 
-CONSISTENCY_LOG_RATIOS = ([-0.5, 0.25, 1.0], [0.75], [-1.5, -0.25, 0.5, 0.125], [0.375, -0.75])
+# Ratios within 0.89 and 1.14, inside the clamps SAPO losses carry (a ratio clamp at 0.8 and 1.2 keeps every token's
+# gradient), off 1 enough for the temperature to show; dyadic, so exact in 16 bits.
+CONSISTENCY_LOG_RATIOS = ([-0.125, 0.0625, 0.09375], [0.125], [-0.09375, -0.0625, 0.046875, 0.03125],
+                          [0.078125, -0.109375])
 CONSISTENCY_ADVANTAGES = (1.5, -0.5, 0.5, -1.0)  # the first response's sign is not the reversed batch's
 HALVES = ((0, 1), (2, 3))
 EXPECTED = ("the same value and the same per-token gradients for the responses reversed; each half of the batch "
@@ -72,10 +75,11 @@ def check_deterministic(ctx: Context) -> None:
 
 
 def _proportional(full: torch.Tensor, part: torch.Tensor) -> tuple[float, float]:
-    """The factor c with full = c * part (least squares) and the largest residual, relative to max |full|."""
+    """The factor c with full = c * part (least squares) and the largest residual, relative to max |full|; c is nan
+    when both are 0 (nothing to compare: a clamp holds every token of the half)."""
     denominator = float((part * part).sum())
     if denominator == 0:
-        return math.nan, math.inf
+        return math.nan, (0.0 if float(full.abs().max()) == 0 else math.inf)
     c = float((full * part).sum()) / denominator
     top = float(full.abs().max()) or 1.0
     return c, float((full - c * part).abs().max()) / top
@@ -112,10 +116,11 @@ def batch_row(ctx: Context) -> Row:
         factors.append(c)
         residuals.append(residual)
     combined = sum(c * m.value for c, m in zip(factors, halves, strict=True))
-    size_value = abs(combined - full.value) / value_scale if all(map(math.isfinite, factors)) else math.inf
+    # the value is weighed only with both factors known
+    size_value = abs(combined - full.value) / value_scale if all(map(math.isfinite, factors)) else 0.0
     values["size"] = {"factors": factors, "residuals": residuals, "value_gap": size_value}
     worst = max(residuals)
-    if not (worst <= allowance and all(c > 0 for c in factors)):
+    if not (worst <= allowance and all(c > 0 or math.isnan(c) for c in factors)):
         problems.append(f"a half of the batch alone gets a gradient that is not the full batch's up to one factor "
                         f"(off by up to {worst:.3g} of the largest)")
     elif not size_value <= allowance:

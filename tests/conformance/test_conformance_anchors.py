@@ -70,7 +70,7 @@ def test_a_loss_that_raises_on_one_probe_differs(user_dir, capsys):
     assert card.row(EMPTY_RESPONSE).verdict == "error" and not card.passed
     code, out, _ = _run(["anchor_losses:raises_on_an_empty_response"], capsys)
     lines = out.splitlines()
-    assert code == 1 and lines[0] == "DIFFERS in 1 of 14 checks (float64, token level): only where responses are " \
+    assert code == 1 and lines[0] == "DIFFERS in 1 of 15 checks (float64, token level): only where responses are " \
         "empty", out
     assert lines[1].startswith("  - empty response in a batch: the loss raised IndexError: response of length 0"), out
 

@@ -96,7 +96,7 @@ def test_the_papers_objective_conforms(user_dir, capsys):
     code, out, _ = _run(["paper_losses:paper"], capsys)
     assert code == 0, out
     lines = out.splitlines()
-    assert lines[0] == "CONFORMS: all 14 checks match the paper (float64, token level)"
+    assert lines[0] == "CONFORMS: all 15 checks match the paper (float64, token level)"
     notes = [line for line in lines if line.startswith("  note: ")]
     assert len(notes) == 1 and notes[0].startswith("  note: caller contract: pass old_logp without gradient"), out
     _fits(out)
@@ -106,7 +106,7 @@ def test_missing_four_over_tau_is_the_first_difference(user_dir, capsys):
     code, out, _ = _run(["paper_losses:missing_four_over_tau"], capsys)
     assert code == 1
     assert out.splitlines()[:2] == [
-        "DIFFERS in 2 of 14 checks (float64, token level)",
+        "DIFFERS in 2 of 15 checks (float64, token level)",
         "  - on-policy gradient factor 0.25 / 0.2625 instead of 1: the 4/tau factor is missing"]
 
 
@@ -139,14 +139,14 @@ def test_every_line_fits_100_columns(target, flags, user_dir, capsys):
     _, out, _ = _run([target, *flags], capsys)
     _fits(out)
     if "--details" in flags:  # every check is listed, each with its verdict
-        assert sum(line.startswith("[") for line in out.splitlines()) == 16
+        assert sum(line.startswith("[") for line in out.splitlines()) == 17
 
 
 def test_details_and_json_carry_the_full_card(user_dir, capsys):
     code, out, _ = _run(["paper_losses:missing_four_over_tau", "--json"], capsys)
     card = ReportCard.from_dict(json.loads(out))
-    assert code == 1 and len(card.rows) == 16 and card.finding_level == "function"
-    assert json.loads(out)["verdict"] == "DIFFERS in 2 of 14 checks (float64, token level)"
+    assert code == 1 and len(card.rows) == 17 and card.finding_level == "function"
+    assert json.loads(out)["verdict"] == "DIFFERS in 2 of 15 checks (float64, token level)"
     assert _run(["paper_losses:missing_four_over_tau", "--json", "card.json"], capsys)[0] == 1
     assert json.loads((user_dir / "card.json").read_text())["rows"] == json.loads(out)["rows"]
 

@@ -189,7 +189,7 @@ def test_a_loss_computing_in_float32_is_audited_in_float32(name, user_dir, capsy
                                                                                 abs=1e-3)
     _, text, _ = _run([f"user_losses:{name}"], capsys)
     lines = text.splitlines()
-    assert lines[0] == "DIFFERS in 1 of 14 checks (float32, token level)" and "computes in float32" in lines[1], text
+    assert lines[0] == "DIFFERS in 1 of 15 checks (float32, token level)" and "computes in float32" in lines[1], text
     for invented in ("a detached weight", "no single tau", "other: no known aggregation"):
         assert invented not in text
 
@@ -211,7 +211,7 @@ def test_asking_float64_for_a_float32_loss_says_which_dtype_to_pass(user_dir, ca
 def test_a_float64_loss_is_not_taken_for_float32(user_dir, capsys):
     """The false alarm of the detection: the paper's loss in float64 is audited in float64, with no precision note."""
     code, out, _ = _run(["user_losses:paper"], capsys)
-    assert code == 0 and out.startswith("CONFORMS: all 14 checks match the paper (float64, token level)")
+    assert code == 0 and out.startswith("CONFORMS: all 15 checks match the paper (float64, token level)")
     assert "computes in" not in out
 
 
