@@ -36,9 +36,10 @@ book-html: static
 book: book-html
 	@echo "Book: $(abspath _build/html/index.html)"
 
-# The chapters in JupyterLab, where the live explorers run (http://127.0.0.1:8888, printed with its token).
+# The chapters in JupyterLab, where the live explorers run (http://127.0.0.1:8888, printed with its token;
+# allow_root: containers often run as root, where Jupyter otherwise refuses to start).
 lab: venv
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=book
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=book --ServerApp.allow_root=True
 
 lint: venv
 	$(BIN)/ruff check .
@@ -55,7 +56,7 @@ student:
 	$(PYTHON) tools/make_student.py
 
 browser: venv
-	$(BIN)/python -m pytest -q -m browser tests/book/test_browser.py
+	$(BIN)/python -m pytest -q -m browser tests/book/test_browser.py tests/book/test_live_widgets.py
 
 # Both cores stay busy: the book build executes its chapters one after another (-W: a cell that raises, an
 # assert included, fails the build), so it runs beside the unit tests (two pytest workers); the browser test
