@@ -23,6 +23,8 @@ from .paired import compare
 from .results import Study, load_study
 
 CONFIRMATORY = ("confirm_addition", "confirm_scratchpad")
+# each confirmatory study's task, as the sentences name it
+TASK_WORDS = {"confirm_addition": "two-digit addition", "confirm_scratchpad": "scratchpad addition"}
 
 
 def confirmatory_results(root=None) -> dict[str, dict]:
@@ -82,7 +84,8 @@ def headline_sentence(results: dict | None = None) -> str:
         f"and the learning rate ({_shared_rate(results)}, shared) each declared (a 1M-parameter GPT-2, {n} paired "
         f"seeds, 95% t intervals): by {interval_text(q1)} on two-digit addition at M = {_staleness(results, 'Q1')} "
         f"and {interval_text(q2)} on scratchpad addition at M = {_staleness(results, 'Q2')}, and tuning each "
-        f"method's own stability setting with an equal budget left the gap at {interval_text(q4)}."
+        f"method's own stability setting with an equal budget left the gap on {TASK_WORDS[results['Q4']['study']]} "
+        f"at M = {_staleness(results, 'Q4')} at {interval_text(q4)}."
     )
 
 

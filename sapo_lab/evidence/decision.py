@@ -1,15 +1,21 @@
-"""Should I use SAPO? The answer as a table of regimes and a few plain sentences, built from the studies.
+"""Should I use SAPO? The answer in one sentence, a table of regimes and a few plain sentences, built from the studies.
 
-Each row of the decision table is one regime (the staleness M, how the learning rate and the
-checkpoint were chosen) with the paired SAPO − GRPO gap in final held-out Pass@1 and its 95% t
-interval, read as *declared* (a question fixed before the runs, with its Holm adjustment) or
-*exploratory* (a reading the declaration listed, taken alone). The sentences are chosen by the
-rows' intervals; each names the regime it holds in, and :func:`unsaid_answers` names every
-declared answer the text leaves out (:func:`decision` refuses to return such a text).
+Each row of the decision table is one regime (the staleness M, the rollout steps, how the learning
+rate and the checkpoint were chosen) with both methods' mean held-out Pass@1, the paired SAPO − GRPO
+gap and its 95% t interval, the runs the declared collapse rule flagged, read as *declared* (a
+question fixed before the runs, with its Holm adjustment) or *exploratory* (a reading the
+declaration listed, taken alone). The answer sentence counts the declared comparisons by the side
+of zero their interval falls on; every other sentence is chosen by the rows' intervals and names the
+regime it holds in, and :func:`unsaid_answers` names every declared answer the text leaves out
+(:func:`decision` refuses to return such a text).
 
-* :func:`evidence` -- the rows, the map's cells and the collapse counts, read from ``results/``;
+* :func:`evidence` -- the rows, the map's cells, the levels, the collapse counts and the committed
+  replications, read from ``results/``;
 * :func:`reading` -- one row's verdict in words ("below zero before adjustment, not after"...);
-* :func:`decision_table` / :func:`decision_sentences` / :func:`decision` -- the generated answer.
+* :func:`answer_sentence` -- the choice a practitioner can act on, counted from the declared rows;
+* :func:`decision_table` / :func:`decision_sentences` / :func:`decision` -- the generated answer;
+* :func:`readme_findings` -- the README's five findings lines; :func:`where_answered` -- the scope the
+  declared studies answer for (chapter 16's "What remains open").
 
 The functions below :func:`evidence` are pure: tests give them planted rows and cells.
 """
@@ -18,16 +24,21 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..runs.identity import run_identity
-from .confirmatory import CONFIRMATORY, confirmatory_results, interval_text
+from ..runs.study_folder import StudyFolder
+from .analysis import endpoint_value
+from .confirmatory import CONFIRMATORY, confirmatory_results, headline_sentence, interval_text
 from .confirmatory import rate_text as _rate
 from .gate_map import STUDY, Cell, Setting, declared_answers, map_cells, method_settings, side_of_zero
-from .paired import PairedComparison
-from .results import Study, load_study
+from .paired import PairedComparison, compare
+from .results import Study, load_study, results_root
 
 MODEL = "a 1M-parameter GPT-2"  # the cpu-tiny preset's model, as the confirmatory sentences name it (Chapter 11a)
+CHAPTER_16 = "book/16_conclusion.ipynb"  # where the README's findings send the reader for the table
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,10 @@ class Row:
     replicates: str | None = None  # the declared answer whose runs this row repeats on fresh seeds
     seeds: tuple[int, ...] = field(default=())
     steps: int | None = None  # rollout steps each run trained for (the runs' max_steps)
+    levels: tuple[float, float] | None = None  # seed-mean Pass@1 of SAPO and of GRPO on the row's checkpoint
+    flagged: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # seeds whose SAPO / GRPO run was flagged
+    same_runs: str | None = None  # the declared answer whose very runs and endpoint this reading compares
+    alpha: float = 0.05  # the level its study declared
 
     @property
     def side(self) -> int:
@@ -75,16 +90,33 @@ class Row:
         sapo, grpo = self.rates
         return _rate(sapo) if self.rate_rule == "shared" else f"SAPO {_rate(sapo)}, GRPO {_rate(grpo)}"
 
+    def flag_counts(self) -> tuple[int, int, int] | None:
+        """(SAPO runs flagged, GRPO runs flagged, runs per method) over the row's seeds; None when unread."""
+        if self.flagged is None:
+            return None
+        return len(self.flagged[0]), len(self.flagged[1]), len(self.comparison.seeds)
+
+    def flag_split(self) -> tuple[float, float] | None:
+        """The mean gap at seeds whose SAPO run was flagged, and at the others; None unless both sets are seen."""
+        if self.flagged is None:
+            return None
+        by_seed = dict(zip(self.comparison.seeds, self.comparison.differences, strict=True))
+        hit = [d for s, d in by_seed.items() if s in self.flagged[0]]
+        rest = [d for s, d in by_seed.items() if s not in self.flagged[0]]
+        return (statistics.mean(hit), statistics.mean(rest)) if hit and rest else None
+
 
 def reading(row: Row, original: Row | None = None) -> str:
     """The row's verdict: its interval's side, whether it is declared, and, for a declared answer in a
     family, whether the side survives Holm's adjustment; with ``original`` (the answer the row repeats on
-    fresh seeds) whether the repeat reached the original's level."""
+    fresh seeds) how the repeat's level compares with the original's."""
     if row.kind == "slope":
         what = {-1: "falls as M grows", 1: "rises as M grows", 0: "no trend detected"}[row.side]
     else:
         what = {-1: "below zero", 1: "above zero", 0: "holds zero"}[row.side]
     if not row.declared:
+        if row.same_runs:
+            return f"exploratory: dev kept the shared rate, so these are {row.same_runs}'s runs"
         return f"exploratory: {what}"
     if row.side != 0 and row.reject is False:
         what += " before adjustment, not after" if row.family else ", not at the declared level"
@@ -92,23 +124,64 @@ def reading(row: Row, original: Row | None = None) -> str:
         what += ", at the declared level"
     text = f"declared: {what}"
     if original is not None and original.reject and not row.reject:
-        text += f"; {original.id} reached it: the fresh-seed repeat did not"
+        if row.comparison.t_p <= row.alpha:
+            text += f"; raw p {row.comparison.t_p:.3f} meets the α {row.alpha:g} at which {original.id} was tested alone"
+        else:
+            text += f"; {original.id} reached it: the fresh-seed repeat did not"
     return text
 
 
+def _levels_text(row: Row) -> str:
+    return "" if row.levels is None else f"{row.levels[0]:.3f} | {row.levels[1]:.3f}"
+
+
+def _flags_text(row: Row) -> str:
+    counts = row.flag_counts()
+    return "" if counts is None else f"{counts[0]} / {counts[1]} of {counts[2]}"
+
+
 def decision_table(rows: list[Row]) -> str:
-    """The rows as a Markdown table: the regime, the gap with its interval, the reading."""
+    """The rows as a Markdown table, declared answers first: the regime, both methods' Pass@1, the gap with its
+    interval, the collapse-flagged runs (exploratory: counted, not tested) and the reading."""
     by_id = {r.id: r for r in rows}
-    lines = ["| answer | task | M | learning rate | checkpoint | SAPO − GRPO, 95% CI | reading |",
-             "|---|---|--:|---|---|---|---|"]
-    for r in rows:
+    lines = ["| answer | task | M | steps | learning rate | checkpoint | SAPO Pass@1 | GRPO Pass@1 "
+             "| SAPO − GRPO, 95% CI | collapse-flagged runs, SAPO / GRPO (exploratory) | reading |",
+             "|---|---|--:|--:|---|---|--:|--:|---|---|---|"]
+    for r in sorted(rows, key=lambda r: not r.declared):  # stable: each group keeps its order
         gate = " (τ, ε on dev)" if r.tuned_gate else "" if r.tau_pos == 1.0 else f" (τ {r.tau_pos:g})"
         gap = interval_text(r.comparison) + (" per doubling" if r.kind == "slope" else "")
         ms = f"{r.staleness[0]}–{r.staleness[-1]}" if len(r.staleness) > 1 else str(r.staleness[0])
         rule = r.rate_values() + (" shared" if r.rate_rule == "shared" else " on dev")
-        lines.append(f"| {r.id}{gate} | {r.task.replace('_', ' ')} | {ms} | {rule} | {r.checkpoint} "
-                     f"| {gap} | {reading(r, by_id.get(r.replicates))} |")
+        levels = _levels_text(r) or " | "
+        lines.append(f"| {r.id}{gate} | {r.task.replace('_', ' ')} | {ms} | {r.steps or ''} | {rule} "
+                     f"| {r.checkpoint} | {levels} | {gap} | {_flags_text(r)} | {reading(r, by_id.get(r.replicates))} |")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """A committed re-run of one declared question on other CPU kernels (``results/replications/``)."""
+
+    study: str
+    question: str
+    comparison: dict  # the replication's mean, t_interval and p
+    verdict: str
+    kernels: str  # the replication's kernel fingerprint, from its environment.json
+    setting: str | None  # the kernel setting it ran under, from its environment.json
+    cpu: str | None  # the CPU kind that fingerprint was measured on (results/kernel_fingerprints.json)
+    committed_kernels: tuple[str, ...]
+    committed_cpu: str | None  # the producer's CPU, from the study's kernel_fingerprint.json
+
+    def text(self) -> str:
+        """``Q1's own runs retrained on other CPU kernels (...) gave −0.099 [...], p = 0.004, consistent ...``."""
+        lo, hi = self.comparison["t_interval"]
+        gap = f"{self.comparison['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}]".replace("-", "\u2212")
+        here = self.kernels + (f", {self.setting} setting" if self.setting else "") + (
+            f", {self.cpu}" if self.cpu else "")
+        there = ", ".join(self.committed_kernels) + (f", {self.committed_cpu}" if self.committed_cpu else "")
+        return (f"{self.question}'s own runs retrained on other CPU kernels (fingerprint {here}; the study's: "
+                f"{there}) gave {gap}, p = {self.comparison['p']:.3f}, {self.verdict} with the committed answer by "
+                "the rule in `sapo_lab/studies/replicate.py`")
 
 
 @dataclass(frozen=True)
@@ -120,60 +193,150 @@ class Evidence:
     collapse: dict[tuple[float, int], dict[str, tuple[int, int]]]  # (lr, M) at τ 1 -> loss -> (flagged, runs)
     scale: str
     declared: dict[str, str]  # every declared answer of the studies, in order: id -> its interval text
+    levels: dict[str, float] = field(default_factory=dict)  # gate-map method -> its seed-mean final Pass@1
+    replications: list[Replication] = field(default_factory=list)
 
 
 def _joined(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _late(row: Row) -> bool:
+    """A family member whose side of zero does not survive Holm's adjustment."""
+    return row.side != 0 and row.reject is False and bool(row.family)
+
+
 def _said(row: Row) -> str:
     """``G4b: −0.036 [−0.063, −0.008]``, with the qualifier when the side does not survive Holm's adjustment."""
-    late = ", below zero before adjustment, not after" if row.side != 0 and row.reject is False and row.family else ""
+    late = ", below zero before adjustment, not after" if _late(row) else ""
     return f"{row.id}: {interval_text(row.comparison)}{late}"
+
+
+def _bare(row: Row) -> str:
+    return f"{row.id}: {interval_text(row.comparison)}"
 
 
 def _ms(values) -> str:
     return "M = " + _joined([str(m) for m in values])
 
 
+def _count(n: int) -> str:
+    return "none" if n == 0 else str(n)
+
+
+def _number(n: int) -> str:
+    words = "zero one two three four five six seven eight nine ten".split()
+    return words[n] if 0 <= n < len(words) else str(n)
+
+
+def _declared_gaps(ev: Evidence) -> list[Row]:
+    """The declared SAPO-against-GRPO gaps (the mechanism family compares other pairs of losses)."""
+    return [r for r in ev.rows if r.declared and r.kind == "gap" and r.family != "mechanism"]
+
+
+def _smallest_rate_cells(ev: Evidence) -> list[Cell]:
+    smallest = min((c.sapo.learning_rate for c in ev.cells), default=None)
+    return [c for c in ev.cells if c.sapo.learning_rate == smallest and c.comparison is not None]
+
+
+def answer_sentence(ev: Evidence) -> str:
+    """The choice in one sentence: the declared comparisons counted by side of zero, where the two tied, and
+    where the gap appeared. Which method to prefer follows from the counts, never from a mean alone."""
+    gaps = _declared_gaps(ev)
+    above = [r for r in gaps if r.side > 0]
+    below = [r for r in gaps if r.side < 0]
+    kept_below = [r for r in below if r.reject]
+    if not above and kept_below:
+        choice = "so on this evidence prefer GRPO"
+    elif above and not below and any(r.reject for r in above):
+        choice = "so on this evidence prefer SAPO"
+    else:
+        choice = "so these studies favour neither method"
+    tasks = _joined(sorted({r.task.replace("_", " ") for r in gaps}))
+    text = (f"On this toy ({MODEL} learning {tasks}), SAPO finished above GRPO in {_count(len(above))} of the "
+            f"{len(gaps)} declared comparisons of the two and below it in {_count(len(below))} "
+            f"({_count(len(kept_below))} at the declared level), {choice}")
+    tied = [r for r in gaps if r.side == 0]
+    ties = [f"at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
+    small = _smallest_rate_cells(ev)
+    zero = sum(side_of_zero(c.comparison) == 0 for c in small)
+    if small and 2 * zero > len(small):  # most of the smallest rate's cells hold zero
+        ties.append(f"read cell by cell (exploratory), at lr {_rate(small[0].sapo.learning_rate)} ({zero} of "
+                    f"{len(small)} intervals holding zero, every gap within "
+                    f"±{max(abs(c.comparison.mean) for c in small):.3f})")
+    else:
+        small = []
+    if ties:
+        text += ": the two tied " + " and, ".join(ties)
+        tie_levels = [lv for r in tied if r.levels for lv in r.levels]
+        tie_levels += [ev.levels[m] for c in small for m in (c.sapo.method, c.grpo.method) if m in ev.levels]
+        grpo = {c.grpo.method: c.grpo for c in ev.cells if c.grpo.method in ev.levels}
+        if tie_levels and grpo:
+            best = max(grpo.values(), key=lambda s: ev.levels[s.method])
+            if max(tie_levels) < ev.levels[best.method]:
+                text += (f", in both places below GRPO's best configuration ({ev.levels[best.method]:.3f} Pass@1 at lr "
+                         f"{_rate(best.learning_rate)}, M = {best.staleness})")
+    paper = [r for r in below if r.study == STUDY and r.tau_pos == 1.0 and r.rate_rule == "shared"]
+    trailing = sorted({r.staleness[0] for r in paper})
+    if trailing:
+        rates = sorted({r.rates[0] for r in paper})
+        text += f"; SAPO finished below at {_ms(trailing)} with lr {_joined([_rate(x) for x in rates])} shared"
+        kept = sorted({r.staleness[0] for r in paper if r.reject})
+        if kept and kept != trailing:
+            text += f" (at the declared level at {_ms(kept)} only)"
+        slope = next((r for r in ev.rows if r.kind == "slope" and r.declared), None)
+        if slope is not None and slope.side < 0:
+            text += f", more with each doubling of M ({slope.id})"
+    return text + "."
+
+
 def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) -> str:
-    """Where SAPO showed no difference and where it trailed, each with its M, gate, rate and id."""
+    """Where SAPO showed no difference and where it trailed, each with its M, gate, rate, id and level."""
     paper = [r for r in map_rows if r.tau_pos == 1.0]
     tied = [r for r in paper if r.side == 0]
     clauses = []
     if tied:
         clauses.append(f"SAPO and GRPO showed no detectable difference at {_ms([r.staleness[0] for r in tied])} "
                        f"with {tied[0].rate_text()} ({'; '.join(_said(r) for r in tied)})")
-    smallest = min((c.sapo.learning_rate for c in ev.cells), default=None)
-    if smallest is not None:
-        at = [c for c in ev.cells if c.sapo.learning_rate == smallest and c.comparison is not None]
+    at = _smallest_rate_cells(ev)
+    if at:
         counts = [sum(side_of_zero(c.comparison) == k for c in at) for k in (1, -1, 0)]
-        clauses.append(f"at the map's smallest learning rate, {_rate(smallest)}, every one of its {len(at)} cells "
-                       f"({_ms(sorted({c.sapo.staleness for c in at}))}, every τ) kept the gap within "
+        clauses.append(f"at the map's smallest learning rate, {_rate(at[0].sapo.learning_rate)}, every one of its "
+                       f"{len(at)} cells ({_ms(sorted({c.sapo.staleness for c in at}))}, every τ) kept the gap within "
                        f"±{max(abs(c.comparison.mean) for c in at):.3f} (exploratory: {counts[0]} above zero, "
                        f"{counts[1]} below, {counts[2]} holding zero)")
     below = [r for r in paper if r.side < 0]
     trailed = []
     if below:
-        trailed.append(f"at {_ms([r.staleness[0] for r in below])} ({'; '.join(_said(r) for r in below)})")
+        kept = [r for r in below if r.reject]
+        late = [r for r in below if _late(r)]
+        groups = []
+        if kept:
+            groups.append(f"at the declared level at {_ms([r.staleness[0] for r in kept])} "
+                          f"({'; '.join(_bare(r) for r in kept)})")
+        if late:
+            groups.append(f"below zero before Holm's adjustment, not after, at {_ms([r.staleness[0] for r in late])} "
+                          f"({'; '.join(_bare(r) for r in late)})")
+        trailed.append(f"at {_ms([r.staleness[0] for r in below])}: " + ", and ".join(groups))
     narrow = [r for r in map_rows if r.tau_pos != 1.0 and r.side < 0]
     if narrow:
         trailed.append(f"with narrower gates at {_ms(sorted({r.staleness[0] for r in narrow}))} ("
-                       + "; ".join(f"τ {r.tau_pos:g}, {_said(r)}" for r in narrow) + ")")
+                       + "; ".join(f"τ {r.tau_pos:g}, {_said(r)}" + (", at the declared level" if r.reject else "")
+                                   for r in narrow) + ")")
     conf = [r for r in confirm_rows if r.side < 0]
     map_steps = {r.steps for r in map_rows}
     if conf:  # a study trained for another number of steps than the map's scale says names its own
-        trailed.append("and in the confirmatory studies (" + "; ".join(
+        trailed.append("and in the confirmatory studies, each tested alone (" + "; ".join(
             f"{r.task.replace('_', ' ')} at M = {r.staleness[0]}"
             + (f" after {r.steps} rollout steps" if r.steps is not None and r.steps not in map_steps else "")
             + f", {_said(r)}" for r in conf) + ")")
     rates = sorted({r.rates[0] for r in below + narrow + conf})
     if trailed:
-        clauses.append(f"with the shared lr {_joined([_rate(x) for x in rates])} SAPO trailed " + ", ".join(trailed))
+        clauses.append(f"with the shared lr {_joined([_rate(x) for x in rates])} SAPO finished below GRPO "
+                       + "; ".join(trailed))
     else:
         clauses.append("SAPO trailed GRPO in no declared comparison at a shared learning rate")
-    text = f"On {ev.scale}: " + "; ".join(clauses) + "."
-    return text
+    return f"On {ev.scale}: " + "; ".join(clauses) + "."
 
 
 def _trend_sentence(slopes: list[Row]) -> str:
@@ -192,24 +355,70 @@ def _trend_sentence(slopes: list[Row]) -> str:
     return " ".join(out)
 
 
+def change_between(base: Row, row: Row) -> PairedComparison:
+    """``row``'s gap minus ``base``'s, paired by seed (both rows must cover the same seeds)."""
+    a = dict(zip(row.comparison.seeds, row.comparison.differences, strict=True))
+    b = dict(zip(base.comparison.seeds, base.comparison.differences, strict=True))
+    if set(a) != set(b):
+        raise ValueError(f"{row.id} and {base.id} are not on the same seeds: no paired change between them")
+    return compare({s: (a[s], b[s]) for s in a}, row.id, base.id, row.alpha)
+
+
+def _change_words(base: Row, change: PairedComparison) -> str:
+    """What the change did to the base gap, from its interval: narrowed or widened it, or holds zero."""
+    side = side_of_zero(change)
+    if side == 0:
+        return "holds zero: no change in the gap is detected"
+    toward_zero = (side > 0) == (base.comparison.mean < 0)
+    return "the gap narrowed" if toward_zero else "the gap widened"
+
+
+def _instability(rows: list[Row]) -> list[Row]:
+    """Declared rows where the collapse rule flagged at least half of SAPO's runs and fewer of GRPO's."""
+    out = []
+    for r in rows:
+        counts = r.flag_counts()
+        if counts and counts[0] * 2 >= counts[2] and counts[1] < counts[0] and r.declared:
+            out.append(r)
+    return out
+
+
+def _flag_text(r: Row) -> str:
+    s, g, n = r.flag_counts()
+    split = r.flag_split()
+    text = f"{r.id}: {s} of {n} SAPO runs against {g} of {n} GRPO runs"
+    if split:
+        text += (f"; seeds with a flagged SAPO run average {split[0]:+.3f}, the others {split[1]:+.3f}"
+                 .replace("-", "\u2212"))
+    return text
+
+
 def _tuning_sentence(ev: Evidence, map_rows: list[Row], tuned: list[Row], confirm_rows: list[Row]) -> str:
-    """What choosing the learning rate on dev did, at the declared M and at the others, and what M = 16 was made of."""
+    """What choosing the learning rate on dev did, at the declared M and at the others, and what went with M = 16's
+    gap; every reading beyond the declared answers labelled exploratory."""
     parts = []
     shared = {r.staleness: r for r in map_rows if r.tau_pos == 1.0}
     for r in (r for r in tuned if r.declared):
         base = shared.get(r.staleness)
         if base is None:
             continue
-        share = 1 - r.comparison.mean / base.comparison.mean if base.comparison.mean else float("nan")
         clause = (f"choosing each method's learning rate on dev at M = {r.staleness[0]} ({r.rate_values()}) "
-                  f"moved the gap from {interval_text(base.comparison)} ({base.id}) to "
-                  f"{interval_text(r.comparison)} ({r.id}, {reading(r)})"
-                  + (f", {share:.0%} of it closed" if 0 < share < 1 else ""))
+                  f"gave {interval_text(r.comparison)} ({r.id}, {reading(r)}) against {base.id}'s "
+                  f"{interval_text(base.comparison)} at the shared lr {_rate(base.rates[0])}")
+        if set(r.comparison.seeds) == set(base.comparison.seeds):
+            change = change_between(base, r)
+            clause += (f"; the change, {interval_text(change)} paired by seed (exploratory), "
+                       f"{_change_words(base, change)}")
         for b in tuned:
             if not b.declared and b.staleness == r.staleness and b.checkpoint != r.checkpoint:
-                clause += f", and at the {b.checkpoint} checkpoint to {interval_text(b.comparison)} ({reading(b)})"
+                clause += f"; at the {b.checkpoint} checkpoint {r.id} gives {interval_text(b.comparison)} ({reading(b)})"
         parts.append(clause)
-    for r in (r for r in tuned if not r.declared and r.checkpoint == "final"):
+    kept = [r for r in tuned if not r.declared and r.same_runs and r.checkpoint == "final"]
+    if kept:
+        parts.append(f"at {_ms([r.staleness[0] for r in kept])} dev kept the shared rate for both methods, so the "
+                     f"gap there stays {_joined([f'{r.same_runs}' + chr(39) + 's' for r in kept])} "
+                     f"({'; '.join(interval_text(r.comparison) for r in kept)}; exploratory)")
+    for r in (r for r in tuned if not r.declared and not r.same_runs and r.checkpoint == "final"):
         base = shared.get(r.staleness)
         if base is None or base.side == 0:
             continue
@@ -221,7 +430,11 @@ def _tuning_sentence(ev: Evidence, map_rows: list[Row], tuned: list[Row], confir
             clause += (f", and at lr {_rate(base.rates[0])} the collapse rule flagged {sf} of {sn} SAPO runs against "
                        f"{gf} of {gn} GRPO runs")
             if r.side == 0 and sf > gf and abs(r.comparison.mean) < abs(base.comparison.mean) / 2:
-                clause += f": most of M = {r.staleness[0]}'s gap goes with SAPO's instability at the shared rate"
+                others = [o for o in _instability(confirm_rows) if o.staleness != r.staleness]
+                clause += (f" (exploratory, read alone: this suggests most of M = {r.staleness[0]}'s gap goes with "
+                           "SAPO's instability at the shared rate"
+                           + "".join(f"; {o.id} shows the same pattern, {_flag_text(o).split(': ', 1)[1]}"
+                                     for o in others) + ")")
         parts.append(clause)
     for r in (r for r in confirm_rows if r.tuned_gate):
         parts.append(f"tuning each method's own gate on dev instead ({r.rate_text()}, M = {r.staleness[0]}) "
@@ -232,18 +445,57 @@ def _tuning_sentence(ev: Evidence, map_rows: list[Row], tuned: list[Row], confir
     return text[0].upper() + text[1:]
 
 
-def _replication_sentence(rows: list[Row], mechanism: list[Row]) -> str:
-    """Fresh-seed repeats of a declared answer and whether they reached its level, and the mechanism family."""
-    by_id = {r.id: r for r in rows}
-    out = []
+def pooled(rows: list[Row]) -> PairedComparison:
+    """The rows' paired differences pooled into one sample (their seed sets must not overlap)."""
+    values = {}
     for r in rows:
+        for s, d in zip(r.comparison.seeds, r.comparison.differences, strict=True):
+            if s in values:
+                raise ValueError(f"seed {s} appears in two of {[r.id for r in rows]}: they cannot be pooled")
+            values[s] = (d, 0.0)
+    return compare(values, "pooled", "0", rows[0].alpha)
+
+
+def _inside(a: PairedComparison, b: PairedComparison) -> bool:
+    return b.t_interval[0] <= a.mean <= b.t_interval[1]
+
+
+def _repeat_sentence(r: Row, original: Row, family_size: int) -> str:
+    """A fresh-seed repeat beside its original: whether it found a similar gap, its level before and after Holm."""
+    if _inside(r.comparison, original.comparison) and _inside(original.comparison, r.comparison):
+        found = "found a similar gap"
+    elif r.side == original.side:
+        found = "found a gap on the same side of zero"
+    else:
+        found = "found a different gap"
+    if _late(r):
+        level = (f"below zero before Holm's adjustment and not after (raw p = {r.comparison.t_p:.3f}; Holm-adjusted "
+                 f"p = {r.p_adjusted:.3f} in its family of {_number(family_size)})")
+    else:
+        level = reading(r).removeprefix("declared: ") + (
+            f" (Holm-adjusted p = {r.p_adjusted:.3f})" if r.p_adjusted is not None else "")
+    alone = f", tested alone at α = {original.alpha:g}" if not original.family else ""
+    text = (f"{r.id} repeats {original.id}'s runs exactly on fresh seeds ({r.seeds[0]}–{r.seeds[-1]} for "
+            f"{original.seeds[0]}–{original.seeds[-1]}) and {found}, {level}: {_bare(r)} against "
+            f"{_bare(original)}{alone}")
+    if not set(r.comparison.seeds) & set(original.comparison.seeds):
+        both = pooled([original, r])
+        text += f"; pooled over both seed sets, {interval_text(both)} (exploratory)"
+    return text + "."
+
+
+def _replication_sentence(ev: Evidence, mechanism: list[Row]) -> str:
+    """Fresh-seed repeats of a declared answer, re-runs on other kernels, and the mechanism family."""
+    by_id = {r.id: r for r in ev.rows}
+    out = []
+    for r in ev.rows:
         original = by_id.get(r.replicates)
         if original is None:
             continue
-        reached = "reached" if r.reject or not original.reject else "did not reach"
-        out.append(f"{r.id} repeats {original.id}'s runs exactly on fresh seeds ({r.seeds[0]}–{r.seeds[-1]} for "
-                   f"{original.seeds[0]}–{original.seeds[-1]}) and {reached} the level of the original: "
-                   f"{_said(r)} (Holm-adjusted p = {r.p_adjusted:.3f}) against {_said(original)}.")
+        size = sum(o.family == r.family for o in ev.rows if o.declared) if r.family else 1
+        out.append(_repeat_sentence(r, original, size))
+    for rep in ev.replications:
+        out.append(rep.text()[0].upper() + rep.text()[1:] + ".")
     if mechanism:
         survivors = [m.id for m in mechanism if m.reject]
         raw = [m.id for m in mechanism if m.side != 0 and not m.reject]
@@ -255,17 +507,43 @@ def _replication_sentence(rows: list[Row], mechanism: list[Row]) -> str:
     return " ".join(out)
 
 
-def unsaid_answers(text: str, declared: dict[str, str]) -> list[str]:
-    """The declared answers (``{id: its interval text}``) that no line or sentence of ``text`` states: one that
-    names the id as a whole word (``G4`` is not ``G4c``) together with that answer's own interval."""
-    pieces = [p for line in text.splitlines() for p in re.split(r"(?<=\.) (?=[A-Z])", line)]
-    return [i for i, interval in declared.items()
-            if not any(re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", p) and interval in p for p in pieces)]
+def _untuned_rate(r: Row, rows: list[Row]) -> bool:
+    """No row chose a learning rate on dev for this row's task."""
+    return not any(o.task == r.task and o.rate_rule == "dev" for o in rows)
+
+
+def _exploratory_sentence(ev: Evidence, confirm_rows: list[Row]) -> str:
+    """The exploratory readings on both sides, each read alone: those that hold zero, those below zero, and
+    the collapse flags of the declared answers where SAPO's runs were flagged far more often."""
+    readings = [r for r in ev.rows if not r.declared and r.kind == "gap" and not r.same_runs]
+    for_sapo = [r for r in readings if r.side >= 0]
+    against = [r for r in readings if r.side < 0]
+    parts = []
+    if for_sapo:
+        parts.append("hold zero or lie above it: " + "; ".join(
+            f"{r.id}: {interval_text(r.comparison)}" for r in for_sapo))
+    if against:
+        parts.append("below zero: " + "; ".join(
+            f"{r.id}: {interval_text(r.comparison)}" for r in against))
+    unstable = [r for r in _instability(confirm_rows)]
+    if unstable:
+        parts.append("the collapse rule flagged at least half of SAPO's runs and fewer of GRPO's in " + "; in ".join(
+            f"{r.task.replace('_', ' ')} at {_ms(r.staleness)} with {r.rate_text()}"
+            + (", a rate no study tuned for that task" if _untuned_rate(r, ev.rows) else "")
+            + f" ({_flag_text(r)})" for r in unstable))
+    if not parts:
+        return ""
+    return "Exploratory readings, each taken alone without adjustment: " + "; ".join(parts) + "."
 
 
 def decision_sentences(ev: Evidence) -> str:
     """The plain sentences under the table: where SAPO tied and trailed, how the gap moved with M, what tuning
-    did, and which declared answers a fresh-seed repeat or Holm's adjustment qualifies."""
+    did, which declared answers a repeat, a replication or Holm's adjustment qualifies, and the exploratory
+    readings on both sides."""
+    return "\n".join(f"* {s}" for s in _topics(ev) if s)
+
+
+def _topics(ev: Evidence) -> list[str]:
     gaps = [r for r in ev.rows if r.kind == "gap"]
     mechanism_ids = _mechanism_ids(ev)
     map_rows = sorted([r for r in gaps if r.declared and r.study == STUDY and r.rate_rule == "shared"
@@ -275,20 +553,123 @@ def decision_sentences(ev: Evidence) -> str:
     tuned = [r for r in gaps if r.rate_rule == "dev"]
     slopes = [r for r in ev.rows if r.kind == "slope"]
     mechanism = [r for r in ev.rows if r.id in mechanism_ids]
-    # one bullet a topic (where it tied and trailed, the trend, tuning, repeats): a reader scans, not parses
-    return "\n".join(f"* {s}" for s in (_where_sentence(ev, map_rows, plain_confirm), _trend_sentence(slopes),
-                                        _tuning_sentence(ev, map_rows, tuned, confirm_rows),
-                                        _replication_sentence(ev.rows, mechanism)) if s)
+    # one bullet a topic (where it tied and trailed, the trend, tuning, repeats, exploratory): a reader scans
+    return [_where_sentence(ev, map_rows, plain_confirm), _trend_sentence(slopes),
+            _tuning_sentence(ev, map_rows, tuned, confirm_rows + map_rows),
+            _replication_sentence(ev, mechanism), _exploratory_sentence(ev, confirm_rows + map_rows)]
 
 
 def _mechanism_ids(ev: Evidence) -> set[str]:
     return {r.id for r in ev.rows if r.family == "mechanism"}
 
 
-def decision(ev: Evidence | None = None) -> str:
-    """The table and the sentences, in Markdown; a ``ValueError`` naming any declared answer left unsaid."""
+def where_answered(ev: Evidence) -> str:
+    """The regimes the declared studies answer for (each study's task, M and shared rate), and where the map
+    found no difference: chapter 16's scope for "whether SAPO trains better or worse models"."""
+    confirm = [r for r in _declared_gaps(ev) if r.study != STUDY and not r.tuned_gate and r.side != 0]
+    answered = _joined([f"M = {r.staleness[0]} on {r.task.replace('_', ' ')} ({r.id})" for r in confirm])
+    rates = _joined(sorted({_rate(r.rates[0]) for r in confirm}))
+    text = f"At that scale the declared studies answer the question for {answered}, at the shared lr {rates}"
+    tied = [r for r in _declared_gaps(ev) if r.study == STUDY and r.side == 0]
+    small = _smallest_rate_cells(ev)
+    nothing = [f"at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
+    if small:
+        zero = sum(side_of_zero(c.comparison) == 0 for c in small)
+        nothing.append(f"at lr {_rate(small[0].sapo.learning_rate)}, where every cell's gap stays within "
+                       f"±{max(abs(c.comparison.mean) for c in small):.3f} ({zero} of {len(small)} intervals "
+                       "holding zero, each read alone)")
+    if nothing:
+        text += "; the gate map finds no difference " + " or ".join(nothing)
+    return text + "."
+
+
+def _map_line(ev: Evidence) -> str:
+    """The gate map in one line: where SAPO tied and where it finished below GRPO at the paper's temperatures,
+    each M with its level, and the declared trend."""
+    rows = sorted([r for r in _declared_gaps(ev) if r.study == STUDY and r.rate_rule == "shared" and r.tau_pos == 1.0],
+                  key=lambda r: r.staleness)
+    tied = [r for r in rows if r.side == 0]
+    kept = [r for r in rows if r.side < 0 and r.reject]
+    late = [r for r in rows if _late(r)]
+    parts = []
+    if tied:
+        parts.append(f"no difference at {_ms([r.staleness[0] for r in tied])} ({'; '.join(_bare(r) for r in tied)})")
+    if kept:
+        parts.append(f"SAPO below GRPO at the declared level at {_ms([r.staleness[0] for r in kept])} "
+                     f"({'; '.join(_bare(r) for r in kept)})")
+    if late:
+        parts.append(f"below zero before Holm's adjustment, not after, at {_ms([r.staleness[0] for r in late])} "
+                     f"({'; '.join(_bare(r) for r in late)})")
+    rates = _joined(sorted({_rate(r.rates[0]) for r in rows}))
+    text = f"The gate map ({len(ev.rows[0].comparison.seeds)} fresh paired seeds, lr {rates} shared): " + "; ".join(parts)
+    slope = next((r for r in ev.rows if r.kind == "slope" and r.declared), None)
+    if slope is not None:
+        verdict = {-1: "grew", 1: "shrank", 0: "did not move detectably"}[slope.side]
+        text += f"; the gap {verdict} with M ({slope.id}: {interval_text(slope.comparison)} per doubling)"
+    return text + "."
+
+
+def _tuning_line(ev: Evidence) -> str:
+    """What choosing the learning rate on dev did at the declared M, and the exploratory reading at the largest M."""
+    shared = {r.staleness: r for r in _declared_gaps(ev) if r.study == STUDY and r.rate_rule == "shared"
+              and r.tau_pos == 1.0}
+    parts = []
+    for r in (r for r in ev.rows if r.declared and r.rate_rule == "dev" and r.kind == "gap"):
+        base = shared.get(r.staleness)
+        if base is None:
+            continue
+        text = (f"choosing each method's learning rate on dev at M = {r.staleness[0]} ({r.rate_values()}) gave "
+                f"{_bare(r)} against {_bare(base)}")
+        if set(r.comparison.seeds) == set(base.comparison.seeds):
+            change = change_between(base, r)
+            text += f"; the change, {interval_text(change)} paired by seed (exploratory), {_change_words(base, change)}"
+        parts.append(text)
+    unstable = _instability([r for r in _declared_gaps(ev)])
+    if unstable:
+        parts.append("the collapse rule flagged at least half of SAPO's runs and fewer of GRPO's in "
+                     + " and ".join(f"{r.id} ({_flag_text(r).split(': ', 1)[1]})" for r in unstable)
+                     + " (exploratory, read alone)")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]
+
+
+def _repeat_line(ev: Evidence) -> str:
+    """Fresh-seed repeats and replications on other kernels, without the mechanism family."""
+    by_id = {r.id: r for r in ev.rows}
+    out = []
+    for r in ev.rows:
+        original = by_id.get(r.replicates)
+        if original is not None:
+            size = sum(o.family == r.family for o in ev.rows if o.declared) if r.family else 1
+            out.append(_repeat_sentence(r, original, size))
+    out += [rep.text()[0].upper() + rep.text()[1:] + "." for rep in ev.replications]
+    return " ".join(out)
+
+
+def readme_findings(ev: Evidence | None = None, confirmed: dict | None = None) -> str:
+    """The README's findings: a lead-in linking chapter 16, then five lines (the choice, the confirmatory
+    headline, the gate map, what tuning did, repeats and replications)."""
     ev = ev if ev is not None else evidence()
-    text = decision_table([r for r in ev.rows if r.family != "mechanism"]) + "\n\n" + decision_sentences(ev)
+    lines = [answer_sentence(ev), headline_sentence(confirmed), _map_line(ev), _tuning_line(ev), _repeat_line(ev)]
+    lead = (f"**What the book finds** ([chapter 16]({CHAPTER_16}) has the table with both methods' Pass@1 and what "
+            "each number rests on; \"exploratory\" marks a reading taken alone, without adjustment):")
+    return "\n".join([lead, *(f"* {line}" for line in lines)])
+
+
+def unsaid_answers(text: str, declared: dict[str, str]) -> list[str]:
+    """The declared answers (``{id: its interval text}``) that no line or sentence of ``text`` states: one that
+    names the id as a whole word (``G4`` is not ``G4c``) together with that answer's own interval."""
+    pieces = [p for line in text.splitlines() for p in re.split(r"(?<=\.) (?=[A-Z])", line)]
+    return [i for i, interval in declared.items()
+            if not any(re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", p) and interval in p for p in pieces)]
+
+
+def decision(ev: Evidence | None = None) -> str:
+    """The answer sentence, the table and the sentences, in Markdown; a ``ValueError`` naming any declared
+    answer left unsaid."""
+    ev = ev if ev is not None else evidence()
+    text = (f"**{answer_sentence(ev)}**\n\n" + decision_table([r for r in ev.rows if r.family != "mechanism"])
+            + "\n\n" + decision_sentences(ev))
     missing = unsaid_answers(text, ev.declared)
     if missing:
         raise ValueError(f"the decision leaves declared answers unsaid: {', '.join(missing)}")
@@ -304,10 +685,24 @@ def _identity_without_seed(study: Study, method: str) -> str:
     return json.dumps(config, sort_keys=True)
 
 
+def _runs_by_seed(study: Study, method: str, cell: dict | None) -> dict:
+    return {r.seed: r for r in study.select(method, **(cell or {}))}
+
+
+def _measured(study: Study, cmp: PairedComparison, metric: str, cell: dict | None = None) -> dict:
+    """The row's levels (seed-mean ``metric`` of each side over its seeds) and its collapse-flagged seeds."""
+    sides = [_runs_by_seed(study, m, cell) for m in (cmp.method, cmp.reference)]
+    levels = tuple(statistics.mean(endpoint_value(runs[s], metric) for s in cmp.seeds) for runs in sides)
+    flagged = tuple(tuple(s for s in cmp.seeds if (runs[s].record.get("collapse") or {}).get("collapsed"))
+                    for runs in sides)
+    return {"levels": levels, "flagged": flagged}
+
+
 def _row_from_runs(entry: dict, study: Study, declared: bool = True, **extra) -> Row:
     """A declared test's row: the regime read from its method's and reference's saved configs."""
     cmp = entry["comparison"]
     m, r = study.select(cmp.method)[0].config, study.select(cmp.reference)[0].config
+    plan = study.declaration["analysis"]
     return Row(id=entry["id"], study=study.name, task=m["task"]["name"], tau_pos=m["loss"]["sapo_temperature_pos"],
                staleness=(m["optimization"]["steps_per_generation"],),
                rates=(m["optimization"]["learning_rate"], r["optimization"]["learning_rate"]),
@@ -315,12 +710,54 @@ def _row_from_runs(entry: dict, study: Study, declared: bool = True, **extra) ->
                and "tuned" != entry.get("kind") else "dev",
                checkpoint="final", comparison=cmp, declared=declared, family=entry.get("family"),
                p_adjusted=entry.get("p_adjusted"), reject=entry.get("reject"),
-               seeds=tuple(cmp.seeds), steps=m["optimization"]["max_steps"], **extra)
+               seeds=tuple(cmp.seeds), steps=m["optimization"]["max_steps"], alpha=plan["alpha"],
+               **_measured(study, cmp, plan["endpoint"]["metric"], entry.get("cell")), **extra)
+
+
+def _compared_on(study: Study, cmp: PairedComparison, metric: str) -> PairedComparison:
+    """The same pairs as ``cmp`` compared on another endpoint (the best-dev checkpoint's Pass@1)."""
+    sides = [_runs_by_seed(study, m, None) for m in (cmp.method, cmp.reference)]
+    values = {s: tuple(endpoint_value(runs[s], metric) for runs in sides) for s in cmp.seeds}
+    return compare(values, cmp.method, cmp.reference, study.declaration["analysis"]["alpha"])
+
+
+def _kernel_cpu(fingerprint: str, root: Path) -> str | None:
+    """The CPU kind a kernel fingerprint was measured on, from ``results/kernel_fingerprints.json``."""
+    path = root / "kernel_fingerprints.json"
+    if not path.is_file():
+        return None
+    for kind in json.loads(path.read_text())["kinds"]:
+        if fingerprint in kind["fingerprints"].values():
+            vector = "AVX-512" if kind.get("avx512f") else "AVX2, no AVX-512" if kind.get("avx2") else "no AVX2"
+            return f"{kind['model']}, {vector}"
+    return None
+
+
+def replications(root=None) -> list[Replication]:
+    """Every committed replication of a declared question (``results/replications/KERNELS/STUDY/``): its answer
+    and verdict from ``replication.json``, its kernels from its own ``environment.json``. None committed (or a
+    chapter's data fetched without them): an empty list."""
+    base = Path(root) if root is not None else results_root()
+    out = []
+    for record_path in sorted(base.glob("replications/*/*/replication.json")):
+        folder = StudyFolder(str(record_path.parent))
+        invocations = folder.read_invocations()
+        kernels = sorted({inv["kernel_fingerprint"] for inv in invocations if inv.get("kernel_fingerprint")})
+        settings = sorted({inv["kernel_setting"] for inv in invocations if inv.get("kernel_setting")})
+        if len(kernels) != 1:
+            raise ValueError(f"{folder.environment}: the replication's invocations name kernels {kernels}, not one")
+        committed = StudyFolder(str(base / record_path.parent.name))
+        committed_cpu = committed.read_kernel_record().get("cpu")
+        for entry in json.loads(record_path.read_text()).values():
+            out.append(Replication(entry["study"], entry["question"], entry["here"], entry["verdict"], kernels[0],
+                                   settings[0] if len(settings) == 1 else None, _kernel_cpu(kernels[0], base),
+                                   tuple(entry["committed_kernels"]), committed_cpu))
+    return out
 
 
 def evidence(root=None) -> Evidence:
     """The decision's inputs from the committed studies: the confirmatory answers, the gate map's declared
-    answers and its exploratory readings (:mod:`.exploratory`)."""
+    answers and its exploratory readings (:mod:`.exploratory`), each with both methods' levels and flags."""
     from . import exploratory  # it imports this module's neighbours only, not this module
 
     confirm = confirmatory_results(root)
@@ -343,6 +780,8 @@ def evidence(root=None) -> Evidence:
                  + _identity_without_seed(studies[e["study"]], e["comparison"].reference): qid
                  for qid, e in confirm.items() if not e.get("arms")}
     cells = map_cells(gate_map, settings)
+    explored = []
+    tested = {}
     for a in answers:
         if a.get("kind") == "trend":
             continue
@@ -350,12 +789,16 @@ def evidence(root=None) -> Evidence:
         key = _identity_without_seed(gate_map, a["comparison"].method) + _identity_without_seed(
             gate_map, a["comparison"].reference)
         rows.append(replace(row, replicates=originals.get(key)))
-    for t in exploratory.tuned_by_staleness(gate_map, settings, metric=exploratory.BEST_DEV):
-        if t.staleness in {r.staleness[0] for r in rows if r.study == STUDY and r.rate_rule == "dev"}:
-            rows.append(_tuned_row(t, gate_map, settings, "best dev"))
+        tested[(a["comparison"].method, a["comparison"].reference)] = a["id"]
+        best = _compared_on(gate_map, a["comparison"], exploratory.BEST_DEV)
+        explored.append(replace(row, id=f"{a['id']} at best dev", checkpoint="best dev", comparison=best,
+                                declared=False, family=None, p_adjusted=None, reject=None,
+                                **_measured(gate_map, best, exploratory.BEST_DEV)))
     for t in exploratory.tuned_by_staleness(gate_map, settings):
-        if not t.declared and set(t.rates.values()) != {_shared_rate(answers, settings)}:
-            rows.append(_tuned_row(t, gate_map, settings, "final"))
+        if not t.declared:
+            same = tested.get((t.comparison.method, t.comparison.reference))
+            explored.append(replace(_tuned_row(t, gate_map, settings, "final"), same_runs=same))
+    rows += explored
     trend = next(a for a in answers if a.get("kind") == "trend")
     declared_slope = exploratory.slope_at(gate_map, settings, learning_rate=_shared_rate(answers, settings),
                                           cells=cells)
@@ -378,7 +821,9 @@ def evidence(root=None) -> Evidence:
              f"{len(plan['seeds'])} paired seeds")
     declared = {**{i: interval_text(e["comparison"]) for i, e in confirm.items()},
                 **{a["id"]: interval_text(a["comparison"]) for a in answers}}
-    return Evidence(rows, cells, collapse, scale, declared)
+    metric = gate_map.declaration["analysis"]["endpoint"]["metric"]
+    levels = {m: statistics.mean(endpoint_value(r, metric) for r in gate_map.select(m)) for m in settings}
+    return Evidence(rows, cells, collapse, scale, declared, levels, replications(root))
 
 
 def _shared_rate(answers: list[dict], settings: dict[str, Setting]) -> float:
@@ -388,11 +833,15 @@ def _shared_rate(answers: list[dict], settings: dict[str, Setting]) -> float:
 
 
 def _tuned_row(t, study: Study, settings: dict[str, Setting], checkpoint: str) -> Row:
+    config = study.select(t.picks["sapo"])[0].config
+    metric = study.declaration["analysis"]["endpoint"]["metric"] if checkpoint == "final" else "best_dev_eval_pass1"
     return Row(id=f"G3's rule at M = {t.staleness}" if checkpoint == "final" else f"G3 at {checkpoint}",
-               study=study.name, task=study.select(t.picks["sapo"])[0].config["task"]["name"],
+               study=study.name, task=config["task"]["name"],
                tau_pos=settings[t.picks["sapo"]].tau_pos, staleness=(t.staleness,),
                rates=(t.rates["sapo"], t.rates["grpo"]), rate_rule="dev", checkpoint=checkpoint,
-               comparison=t.comparison, declared=False, seeds=tuple(t.comparison.seeds))
+               comparison=t.comparison, declared=False, seeds=tuple(t.comparison.seeds),
+               steps=config["optimization"]["max_steps"], alpha=study.declaration["analysis"]["alpha"],
+               **_measured(study, t.comparison, metric))
 
 
 def _slope_row(label: str, slope, study: Study, answer: dict | None = None) -> Row:
@@ -400,4 +849,5 @@ def _slope_row(label: str, slope, study: Study, answer: dict | None = None) -> R
                staleness=slope.staleness, rates=(slope.learning_rate, slope.learning_rate), rate_rule="shared",
                checkpoint="final", comparison=slope.comparison, declared=slope.declared, kind="slope",
                p_adjusted=(answer or {}).get("p_adjusted"), reject=(answer or {}).get("reject"),
-               seeds=tuple(slope.comparison.seeds))
+               seeds=tuple(slope.comparison.seeds), steps=study.runs[0].config["optimization"]["max_steps"],
+               alpha=study.declaration["analysis"]["alpha"])

@@ -63,6 +63,30 @@ class Cell:
         return {1: "helps", -1: "hurts", 0: "no difference"}[side_of_zero(self.comparison)]
 
 
+SIDE_WORDS = {1: "above zero", -1: "below zero", 0: "holds zero"}  # what an interval shows, no more
+
+
+def cell_reading(cell: Cell, answers: list[dict]) -> str:
+    """A cell's reading in the map's table: ``declared (G4b): below zero before Holm's adjustment, not after``
+    for a cell a declared question compares (its level from Holm's decision), ``exploratory: holds zero`` for
+    any other; "" while the cell is incomplete. The words say where the interval lies, not that the gate
+    helps or hurts."""
+    if cell.comparison is None:
+        return ""
+    side = side_of_zero(cell.comparison)
+    words = SIDE_WORDS[side]
+    for a in answers:
+        cmp = a.get("comparison")
+        if cmp is None or a.get("kind") == "trend" or (cmp.method, cmp.reference) != (cell.sapo.method, cell.grpo.method):
+            continue
+        if side != 0 and a.get("reject") is not True:
+            words += " before Holm's adjustment, not after" if a.get("family") else ", not at the declared level"
+        elif side != 0:
+            words += ", at the declared level"
+        return f"declared ({a['id']}): {words}"
+    return f"exploratory: {words}"
+
+
 def side_of_zero(comparison) -> int:
     """+1 when the comparison's t interval lies above zero, -1 below, 0 when it holds zero."""
     lo, hi = comparison.t_interval

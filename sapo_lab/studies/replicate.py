@@ -5,7 +5,7 @@
 ``results/replications/FINGERPRINT/STUDY/`` (resumable like any study), then reads the question
 there with the same code that reads the committed study and prints both answers side by side.
 
-The verdict is declared here, before any replication ran, and is the same for every question:
+The verdict is declared here and is the same for every question:
 
 * ``identical``: this machine's kernels are the producer's, and every endpoint value is equal;
 * ``consistent``: the two 95% intervals overlap and the replication's mean difference lies on the
@@ -15,6 +15,14 @@ The verdict is declared here, before any replication ran, and is the same for ev
 Whether the replication alone reaches the declared level (its own p below alpha) is reported
 beside the verdict, not folded into it: ten fresh-kernel pairs can miss a level the original
 reached and still agree with it.
+
+When the rule was fixed, as the record shows: this module's first commit (07215af, 11:23:50 UTC on
+2026-12-05) came 43 minutes after the committed replication of ``confirm_addition`` Q1 started its
+first run (10:40:35 UTC in its ``environment.json``), while its runs were still training and before
+its verdict was read. So the rule was not declared before any replication ran. It holds no number
+from that replication, and its verdict, *consistent*, also passes stricter rules (each mean inside
+the other's 95% interval; the replication's interval on the committed side of zero); chapter 13
+checks both from git and the run records.
 """
 
 from __future__ import annotations

@@ -80,16 +80,25 @@ def test_an_exploratory_reading_never_claims_the_declared_level():
     assert reading(row) == "exploratory: below zero"  # a cell read alone is not a declared answer
 
 
-def test_a_fresh_seed_repeat_says_when_it_missed_the_original_level():
+WIDE = [-0.2, 0.15, -0.1, 0.12, -0.2, 0.1, -0.05, 0.02, -0.1, 0.1]  # mean -0.016, raw p about 0.58
+
+
+def test_a_fresh_seed_repeat_says_how_its_level_compares_with_the_original():
     original = replace(_row("Q1", BELOW, study="confirm_addition"), seeds=tuple(range(10, 20)))
-    repeat = _row("G4c", BELOW, family="staleness", reject=False, replicates="Q1")
-    assert "the fresh-seed repeat did not" in reading(repeat, original)
+    # a repeat whose raw p meets the original's level and fails only Holm's adjustment: said so, not "did not"
+    late = _row("G4c", BELOW, family="staleness", reject=False, replicates="Q1")
+    assert late.comparison.t_p < 0.05
+    assert reading(late, original).endswith("; raw p 0.000 meets the α 0.05 at which Q1 was tested alone")
+    # a repeat whose raw p misses the level too: the repeat did not reach it
+    missed = replace(late, comparison=_cmp(WIDE))
+    assert "the fresh-seed repeat did not" in reading(missed, original)
     # known-wrong: a repeat that did reach the level must not be reported as missing it
-    assert "did not" not in reading(replace(repeat, reject=True), original)
+    assert "did not" not in reading(replace(late, reject=True), original)
     text = decision.decision_sentences(_evidence())
-    assert "G4c repeats Q1's runs exactly on fresh seeds (20–29 for 10–19) and did not reach the level" in text
-    reached = decision.decision_sentences(_evidence(G4c=replace(repeat, reject=True)))
-    assert "and reached the level of the original" in reached
+    assert ("G4c repeats Q1's runs exactly on fresh seeds (20–29 for 10–19) and found a similar gap, below zero "
+            "before Holm's adjustment and not after") in text
+    reached = decision.decision_sentences(_evidence(G4c=replace(late, reject=True)))
+    assert "and found a similar gap, below zero, at the declared level (Holm-adjusted p = " in reached
 
 
 def test_a_repeat_is_not_said_to_miss_a_level_its_original_did_not_reach_either():
@@ -134,9 +143,9 @@ def test_a_planted_cell_at_the_smallest_rate_changes_the_near_tie_claim():
 
 def test_a_planted_gap_at_m2_moves_m2_from_tied_to_trailed():
     before = decision.decision_sentences(_evidence())
-    assert "no detectable difference at M = 2" in before and "SAPO trailed at M = 4 and 8 (" in before
+    assert "no detectable difference at M = 2" in before and "SAPO finished below GRPO at M = 4 and 8:" in before
     after = decision.decision_sentences(_evidence(G4a=_row("G4a", BELOW, 2, family="staleness")))
-    assert "no detectable difference at M = 2" not in after and "SAPO trailed at M = 2, 4 and 8 (" in after
+    assert "no detectable difference at M = 2" not in after and "SAPO finished below GRPO at M = 2, 4 and 8:" in after
 
 
 def test_the_trend_claim_names_its_rate_and_the_rates_where_it_fails():
@@ -165,8 +174,8 @@ def test_the_instability_reading_needs_the_flags_and_a_tuned_gap_near_zero():
 
 
 @pytest.fixture(scope="module")
-def committed():
-    return decision.evidence()
+def committed(committed_decision):
+    return committed_decision
 
 
 def test_the_committed_decision_says_every_declared_answer(committed):
@@ -181,10 +190,10 @@ def test_the_committed_repeat_is_found_from_the_configs(committed):
     assert {r.id: r.replicates for r in committed.rows if r.replicates} == {"G4c": "Q1"}
 
 
-def test_the_readme_states_the_generated_decision(committed):
+def test_the_readme_states_the_generated_findings(committed):
     # fails when a rerun changes a row of the decision and the README still quotes the old sentences
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert " ".join(decision.decision_sentences(committed).split()) in readme
+    assert " ".join(decision.readme_findings(committed).split()) in readme
 
 
 def test_a_confirmatory_study_trained_for_other_steps_names_them():
@@ -201,3 +210,71 @@ def test_the_sentences_are_one_bullet_a_topic():
     # catches the topics run together into one paragraph again (where it tied and trailed, trend, tuning, repeats)
     lines = decision.decision_sentences(_evidence()).splitlines()
     assert len(lines) >= 3 and all(line.startswith("* ") for line in lines)
+
+
+# ---------------------------------------------------------------- the answer, the levels, the change, the flags
+
+
+def test_the_choice_follows_the_counts_of_declared_comparisons_by_side():
+    # catches a choice written as text rather than counted: one declared comparison above zero at the declared
+    # level and none below must flip the advice, and a table of ties must advise neither
+    text = decision.answer_sentence(_evidence())
+    assert "SAPO finished above GRPO in none of the 5 declared comparisons of the two and below it in 3" in text
+    assert "prefer GRPO" in text
+    up = [-g for g in BELOW]
+    flipped = {k: _row(k, up, m, family=f) for k, m, f in (("G4b", 4, "staleness"), ("G4c", 8, "staleness"))}
+    ties = {k: _row(k, NEAR, m) for k, m in (("Q1", 8), ("G3", 8))}
+    assert "prefer SAPO" in decision.answer_sentence(_evidence(**flipped, **ties))
+    mixed = decision.answer_sentence(_evidence(G4b=flipped["G4b"]))
+    assert "favour neither method" in mixed and "prefer" not in mixed
+
+
+def test_a_change_between_two_gaps_is_paired_by_seed_and_never_a_closing_when_it_holds_zero():
+    # the G4c -> G3 change's interval worked out here: per seed differences of the two gaps, mean, SD and the t
+    # quantile; catches "x% of it closed" from two means, and a change taken from the intervals' ends
+    from scipy import stats
+
+    base = _row("G4c", BELOW, family="staleness", reject=False)
+    noisy = [b + w for b, w in zip(BELOW, WIDE, strict=True)]
+    tuned = _row("G3", noisy, rule="dev", rates=(1e-4, 1e-4))
+    d = [t - b for t, b in zip(noisy, BELOW, strict=True)]
+    mean = sum(d) / len(d)
+    sd = (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5
+    half = stats.t.ppf(0.975, len(d) - 1) * sd / len(d) ** 0.5
+    expected = f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]".replace("-", "−")
+    assert mean - half < 0 < mean + half
+    ev = _evidence(G4c=base, G3=tuned)
+    text = decision.decision_sentences(ev)
+    assert f"the change, {expected} paired by seed (exploratory), holds zero" in text
+    assert "clos" not in text and "%" not in text
+    # known-right: a change whose interval lies above zero while the gap was below narrowed it
+    narrowed = decision.decision_sentences(_evidence(G4c=base, G3=_row("G3", NEAR, rule="dev", rates=(1e-4, 1e-4))))
+    assert "(exploratory), the gap narrowed" in narrowed
+
+
+def test_the_table_shows_both_levels_the_steps_and_the_flags():
+    # catches a table that shows gaps alone (a tie at a lower level looks like a tie at the best one), one without
+    # the steps each study trained, and flags counted over another row's seeds
+    row = replace(_row("Q2", BELOW, 4, study="confirm_scratchpad"), steps=50, levels=(0.383, 0.676),
+                  flagged=(SEEDS[:6], ()))
+    table = decision.decision_table([row])
+    assert "| steps |" in table and "| SAPO Pass@1 | GRPO Pass@1 |" in table
+    assert "| 4 | 50 | 2e-4 shared | final | 0.383 | 0.676 |" in table and "| 6 / 0 of 10 |" in table
+    # the split of the gap by SAPO's flags, worked out here: the first six planted gaps against the last four
+    hit, rest = sum(BELOW[:6]) / 6, sum(BELOW[6:]) / 4
+    assert row.flag_split() == pytest.approx((hit, rest))
+
+
+def test_an_exploratory_reading_that_repeats_a_declared_answers_runs_says_so():
+    # catches dev tuning at M = 4 hidden because it kept the shared rate (its gap is G4b's, not a new reading)
+    kept = _row("G3's rule at M = 4", BELOW, 4, rule="dev", declared=False, same_runs="G4b")
+    assert reading(kept) == "exploratory: dev kept the shared rate, so these are G4b's runs"
+    text = decision.decision_sentences(_evidence(kept=kept))
+    assert "at M = 4 dev kept the shared rate for both methods, so the gap there stays G4b's" in text
+
+
+def test_the_readme_findings_are_five_lines_under_a_link_to_chapter_16(committed):
+    # catches the README's findings growing back into the chapter's full text, or losing the way to the table
+    lines = decision.readme_findings(committed).splitlines()
+    assert len(lines) == 6 and "(book/16_conclusion.ipynb)" in lines[0]
+    assert all(line.startswith("* ") for line in lines[1:])

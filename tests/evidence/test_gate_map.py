@@ -250,3 +250,21 @@ def test_plain_answer_waits_for_every_question(monkeypatch, settings):
     entries[-1] = {**entries[-1], "comparison": None}
     monkeypatch.setattr(gate_map, "declared_answers", lambda study: entries)
     assert gate_map.plain_answer(_study(), settings) == "The declared answer waits for G3."
+
+
+def test_a_cells_reading_says_where_its_interval_lies_and_a_declared_cells_level():
+    # catches the map's table reading declared cells as "hurts" (more than an interval shows), a declared cell's
+    # level taken from its raw p instead of Holm's decision, and an exploratory cell given a level at all
+    from sapo_lab.evidence.gate_map import Cell, Setting, cell_reading
+    from sapo_lab.evidence.paired import compare
+
+    s, g = Setting("sapo_m4", "sapo", 1.0, 1.05, 2e-4, 4), Setting("grpo_m4", "grpo", 1.0, 1.05, 2e-4, 4)
+    below = compare({i: (0.5 - 0.03 - 0.001 * i, 0.5) for i in range(10)}, "sapo_m4", "grpo_m4")
+    cell = Cell(s, g, 10, 10, True, below)
+    late = {"id": "G4b", "comparison": below, "family": "staleness", "reject": False, "p": below.t_p}
+    assert cell_reading(cell, [late]) == "declared (G4b): below zero before Holm's adjustment, not after"
+    assert cell_reading(cell, [{**late, "reject": True}]) == "declared (G4b): below zero, at the declared level"
+    assert cell_reading(cell, []) == "exploratory: below zero"
+    for words in ("helps", "hurts"):
+        assert words not in cell_reading(cell, [late])
+    assert cell_reading(Cell(s, g, 10, 3, False, None), [late]) == ""
