@@ -16,7 +16,7 @@ from ..runs.durable import atomic_write, write_json
 from .trl import PROMPT_FORMATS, TESTED_TRL_VERSION, check_supported, per_device_batch_size
 
 SCRIPT_TEMPLATE = '''#!/usr/bin/env python
-"""Train {model!r} with TRL's GRPOTrainer on the config exported by `python -m sapo_lab export-trl`.
+"""Train {model_in_docstring} with TRL's GRPOTrainer on the config exported by `python -m sapo_lab export-trl`.
 
 Needs sapo_lab (for the task, its verifier and the config mapping) and TRL {trl_version}.x:
     pip install "sapo-lab[trl]"   # or, in a checkout: pip install -r requirements-trl.txt -e .
@@ -133,6 +133,8 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None, promp
         "train_trl.py": SCRIPT_TEMPLATE.format(
             config_json=json.dumps(data, indent=2, sort_keys=True),
             model=cfg.model.name_or_path,
+            # a quote in a folder's name must not end the docstring it is named in
+            model_in_docstring=repr(cfg.model.name_or_path).replace('"', '\\"'),
             prompt_format=prompt_format,
             trl_version=TESTED_TRL_VERSION,
         ),
