@@ -43,23 +43,17 @@ COEFFICIENT = (
 
 
 # ---- 06.peak: coefficient_peak(tau) -> (r_star, c_star) ---------------------------------------------------------
-def _slope(r: float, tau: float) -> float:
-    """c_tau'(r), by autograd through the package's coefficient."""
-    x = torch.tensor(r, dtype=torch.float64, requires_grad=True)
-    (g,) = torch.autograd.grad(update_coefficient(x, tau), x)
-    return float(g)
-
-
 def peak_of_update_coefficient(tau: float) -> tuple[float, float]:
-    """The reference: bisection on the sign of the package's c_tau'(r). c rises on (0, 1] (c'(1) = 1) and has a
-    single maximum to the right of 1, inside (1, 1 + 3 / tau] (there tau r tanh(tau (r - 1) / 2) > 1)."""
+    """The reference: where the package's c_tau'(r) (by autograd) changes sign. c rises on (0, 1] (c'(1) = 1)
+    and has a single maximum to the right of 1, inside (1, 1 + 3 / tau] (there tau r tanh(tau (r - 1) / 2) > 1).
+    Each round evaluates the slope at 65 points of the bracket at once and keeps the cell where it turns."""
     lo, hi = 1.0, 1.0 + 3.0 / tau
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if _slope(mid, tau) > 0:
-            lo = mid
-        else:
-            hi = mid
+    for _ in range(20):
+        points = torch.linspace(lo, hi, 65, dtype=torch.float64, requires_grad=True)
+        (slopes,) = torch.autograd.grad(update_coefficient(points, tau).sum(), points)
+        rising = int((slopes > 0).sum())  # the slope is positive before r*, negative after
+        edges = points.detach()
+        lo, hi = float(edges[max(rising - 1, 0)]), float(edges[min(rising, 64)])
         if hi - lo <= 1e-15 * hi:
             break
     r_star = 0.5 * (lo + hi)
