@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ...objective.gates import gate_weight, soft_gate, token_temperatures
+from ...objective.gates import centered_soft_gate, gate_weight, soft_gate, token_temperatures, update_coefficient
 from ..checks import Exercise
 from ..mistakes import SAPO_GATE, SAPO_LOSS, Mistake
 
@@ -26,6 +26,13 @@ def _gate_cases() -> list[dict]:
     per_token = torch.tensor([0.5, 1.0, 1.05, 2.0, 4.0, 0.25, 3.0, 1.5], dtype=torch.float64)
     return [dict(ratio=grid, tau=1.0), dict(ratio=grid, tau=1.05), dict(ratio=grid, tau=4.0),
             dict(ratio=grid, tau=0.5), dict(ratio=grid, tau=per_token)]
+
+
+GATE_MISTAKES = SAPO_GATE + (
+    Mistake("the centred curve f_tau - 2 / tau returned (the chapter's centered_soft_gate), not f_tau",
+            "f_tau itself is (4 / tau) sigmoid(tau (r - 1)), which is 2 / tau at r = 1; centring only shifts it",
+            centered_soft_gate),
+)
 
 
 # ---- 05.w_tau: the derivative of f_tau in r ------------------------------------------------------------------
@@ -52,6 +59,9 @@ GATE_WEIGHT_MISTAKES = (
     Mistake("the sigmoid not centred at r = 1 (u = tau * r)",
             "the argument is u = tau * (r - 1)",
             lambda ratio, tau: 4 * _bell(ratio, tau, shift=0.0)),
+    Mistake("the update coefficient r * w_tau(r) returned: the derivative in log p, not in r",
+            "w_tau is the derivative in r, 4 sigmoid(u)(1 - sigmoid(u)); the factor r comes later, from dr / dlog p",
+            update_coefficient),
     Mistake("the gate f_tau itself returned instead of its derivative w_tau",
             "w_tau is the derivative of f_tau in r: 4 sigma(u)(1 - sigma(u))",
             soft_gate),
@@ -78,13 +88,13 @@ def _objective_cases() -> list[dict]:
             dict(ratio=ratio.flip(0), adv=-adv.flip(0), tau_pos=0.5, tau_neg=2.0)]
 
 
-def _objective_with(temperature, *, sign=1.0, prefactor=True):
+def _objective_with(temperature, *, sign=1.0, prefactor=True, centred=False):
     def compute(ratio, adv, tau_pos, tau_neg):
         a = adv[:, None].expand_as(ratio)
         side = {"advantage": a > 0, "ratio": ratio > 1, "swapped": a <= 0,
                 "single": torch.ones_like(a, dtype=torch.bool)}[temperature]
         tau = torch.where(side, torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
-        gate = torch.sigmoid(tau * (ratio - 1))
+        gate = torch.sigmoid(tau * (ratio - 1)) - (0.5 if centred else 0.0)
         return sign * a * (4 / tau * gate if prefactor else gate)
     return compute
 
@@ -100,6 +110,9 @@ OBJECTIVE_MISTAKES = (
     _catalogued("tau_pos and tau_neg swapped", _objective_with("swapped")),
     _catalogued("one temperature", _objective_with("single")),
     _catalogued("4 / tau prefactor left out", _objective_with("advantage", prefactor=False)),
+    Mistake("the centred gate f_tau - 2 / tau used: the same gradient, but not the objective asked for",
+            "use f_tau itself, (4 / tau) sigmoid(tau (r - 1)); centring shifts each response's value by -2 A / tau",
+            _objective_with("advantage", centred=True)),
     Mistake("the loss -A f_tau(r) returned instead of the objective A f_tau(r)",
             "return the objective to maximize, A * f_tau(r); the minus sign belongs to the loss",
             _objective_with("advantage", sign=-1.0)),
@@ -107,7 +120,7 @@ OBJECTIVE_MISTAKES = (
 
 
 EXERCISES = [
-    Exercise(id="05.f_tau", function="f_tau", reference=soft_gate, cases=_gate_cases, mistakes=SAPO_GATE,
+    Exercise(id="05.f_tau", function="f_tau", reference=soft_gate, cases=_gate_cases, mistakes=GATE_MISTAKES,
              grad_wrt=("ratio",)),
     Exercise(id="05.w_tau", function="w_tau", reference=gate_weight, cases=_gate_cases,
              mistakes=GATE_WEIGHT_MISTAKES),
