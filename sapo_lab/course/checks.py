@@ -108,13 +108,13 @@ def evaluate(fn: Callable, case: dict, grad_wrt: tuple[str, ...] = ()) -> Outcom
     return Outcome(out.detach().to(torch.float64), grads, is_float32)
 
 
-def _show(x, limit: int = 24) -> str:
+def _show(x, limit: int = 30) -> str:
     """A short, readable rendering of an input or an output."""
     if torch.is_tensor(x):
         if x.numel() <= limit:
             values = x.detach().to(torch.float64).reshape(-1).tolist() if x.is_floating_point() else x.tolist()
             if x.is_floating_point():
-                body = _nested([f"{v:.4g}" for v in values], tuple(x.shape))
+                body = _nested([f"{v + 0.0:.4g}" for v in values], tuple(x.shape))  # no "-0"
             else:
                 body = str(values if x.dim() else values)
             return body
@@ -235,11 +235,17 @@ def run_check(ex: Exercise, fn) -> bool:
     case, got, want, rtol, atol = min(failures, key=lambda f: sum(v.numel() for v in f[0].values()
                                                                   if torch.is_tensor(v)))
     reason = _agree(got, want, rtol, atol)
+    if reason.startswith("grad:"):  # the value is right: show the gradient that is not
+        name = reason.split(":", 1)[1]
+        shown = (f"gradient with respect to {name}: ", got.grads.get(name), want.grads.get(name))
+    else:
+        shown = ("", got.value.reshape(want.value.shape) if reason != "shape" else got.value, want.value)
+    label, got_shown, want_shown = shown
     lines = [f"{ex.function} is not right yet: it differs from the reference on {len(failures)} of "
              f"{len(cases)} fresh inputs.",
              f"  input:    {_inputs_line(case)}",
-             f"  got:      {_show(got.value.reshape(want.value.shape) if reason != 'shape' else got.value)}",
-             f"  expected: {_show(want.value)}"]
+             f"  got:      {label}{'none' if got_shown is None else _show(got_shown)}",
+             f"  expected: {label}{'none' if want_shown is None else _show(want_shown)}"]
     mistake = _matching_mistake(ex, failures)
     if mistake is not None:
         lines.append(f"  Known mistake: {mistake.name}.")

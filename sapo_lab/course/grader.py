@@ -533,14 +533,59 @@ def _number(x) -> str:
     return f"{x:.6g}" if isinstance(x, (int, float)) else str(x)
 
 
+def known_mistakes(part: str, inputs: dict) -> dict:
+    """name -> (recorded outputs, fix) of every mistake the catalogue (``mistakes.py``, shared with the book's
+    exercise checks) knows for ``part``, computed here from one call's inputs as the student's function was
+    called. A mistake that cannot be computed on these inputs is left out."""
+    from .mistakes import MISTAKES
+
+    known = {}
+    for mistake in MISTAKES.get(part, ()):
+        try:
+            known[mistake.name] = (observe(part, mistake.compute, inputs), mistake.fix)
+        except Exception:  # noqa: BLE001 - a mistake that does not apply to these inputs names nothing
+            continue
+    return known
+
+
+def _as_tensor(x):
+    """A recorded output as a float64 tensor, or None where it is not numbers of one rectangular shape."""
+    import torch
+
+    try:
+        return torch.tensor(x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _difference(got, want) -> str:
+    """What differs between two recorded outputs (one key's), in words: the sign, a factor, a shift, or the
+    elements that differ (``mistakes.describe_difference``); the first number that differs otherwise."""
+    from .mistakes import describe_difference
+
+    g, w = _as_tensor(got), _as_tensor(want)
+    if g is not None and w is not None and g.shape == w.shape:
+        return describe_difference(g, w, rtol=RTOL, atol=ATOL)
+    for where, x, e in _walk(got, want):
+        if not close(x, e):
+            return f"{where or 'the value'}: got {_number(x)}, expected {_number(e)}"
+    return "the outputs' structures differ"
+
+
+OUTPUT_WORDS = {"value": "value", "per_response": "per_response", "token_pool": "token_pool",
+                "grad_logp": "gradient with respect to logp", "grad_behavior_logp": "gradient with respect to "
+                "behavior_logp"}
+
+
 def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     """The verdict on one part from its calls' results: ``frozen`` is [(case from expected.json, result)],
-    ``fresh`` is [(expected outputs, result)] or [(expected outputs, result, mistakes' outputs)]; full points only
-    when every call matches."""
+    ``fresh`` is [(expected outputs, result)] or [(expected outputs, result, inputs)]; full points only when every
+    call matches. A failing part is named by the known mistake whose outputs it reproduces on the inputs of the
+    failing calls, else by what differs."""
     points = PARTS[part][0]
-    calls = [(f"frozen case {i + 1}", case["expected"], case.get("mistakes", {}), res)
+    calls = [(f"frozen case {i + 1}", case["expected"], case.get("inputs"), res)
              for i, (case, res) in enumerate(frozen)]
-    calls += [(f"fresh case {i + 1}", item[0], item[2] if len(item) > 2 else {}, item[1])
+    calls += [(f"fresh case {i + 1}", item[0], item[2] if len(item) > 2 else None, item[1])
               for i, item in enumerate(fresh)]
     for label, _, _, res in calls:
         if "error" in res:
@@ -550,28 +595,30 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
         problem = _form_problem(exp, res["outputs"], res.get("meta", {}))
         if problem:
             return PartResult(part, points, 0, f"{problem} ({label})")
-    failing = [(label, exp, mistakes, res["outputs"]) for label, exp, mistakes, res in calls
+    failing = [(label, exp, inputs, res["outputs"]) for label, exp, inputs, res in calls
                if not close(res["outputs"], exp)]
     if not failing:
         return PartResult(part, points, points, "ok")
-    named = [(mistakes, got) for _, _, mistakes, got in failing if mistakes]
-    scores = {}
-    for mistakes, got in named:
-        for name, out in mistakes.items():
+    knowns = [known_mistakes(part, inputs) if inputs is not None else {} for _, _, inputs, _ in failing]
+    named = [(known, got) for known, (_, _, _, got) in zip(knowns, failing, strict=True) if known]
+    scores, fixes = {}, {}
+    for known, got in named:
+        for name, (out, fix) in known.items():
             scores[name] = scores.get(name, 0) + close(got, out)
+            fixes[name] = fix
     best = max(scores, key=scores.get, default=None)
     if best is not None and scores[best] > 0:
         share = "" if scores[best] == len(named) else f" (matches {scores[best]} of {len(named)} failing cases)"
-        return PartResult(part, points, 0, f"wrong; most likely mistake: {best}{share}", best)
-    for _, exp, mistakes, got in failing:  # one output of several wrong (masked_mean's two aggregations)
+        return PartResult(part, points, 0, f"wrong; most likely mistake: {best}{share}; fix: {fixes[best]}", best)
+    for (_, exp, _, got), known in zip(failing, knowns, strict=True):  # one output of several wrong
         if not (isinstance(exp, dict) and isinstance(got, dict) and len(exp) > 1):
             continue
         for key in exp:
             if close(got.get(key), exp[key]):
                 continue
-            for name, out in mistakes.items():
+            for name, (out, fix) in known.items():
                 if isinstance(out, dict) and close(got.get(key), out.get(key)):
-                    return PartResult(part, points, 0, f"wrong {key}; most likely mistake: {name}", name)
+                    return PartResult(part, points, 0, f"wrong {key}; most likely mistake: {name}; fix: {fix}", name)
     for label, exp, _, got in failing:
         for where, g, e in _walk(got, exp):
             if isinstance(g, float) and not math.isfinite(g) and isinstance(e, (int, float)) and math.isfinite(e):
@@ -584,29 +631,9 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
         if exp.get("grad_logp") is not None and got.get("grad_logp") is None:
             return PartResult(part, points, 0, f"no gradient reaches logp ({label}): is the result detached?")
     label, exp, _, got = failing[0]
-    for where, g, e in _walk(got, exp):
-        if not close(g, e):
-            return PartResult(part, points, 0, f"wrong at {where}: got {_number(g)}, expected {_number(e)} ({label})")
-    return PartResult(part, points, 0, f"wrong ({label})")
-
-
-def computed_mistakes(part: str, inputs: dict) -> dict:
-    """Outputs of mistakes the handout warns about that the frozen list lacks, computed here from a case's inputs:
-    masked_mean that ignores the mask (``values.mean()``, padding averaged in) or divides each response by T."""
-    if part != "masked_mean":
-        return {}
-    import torch
-
-    values = torch.tensor(inputs["values"], dtype=torch.float64)
-    mask = torch.tensor(inputs["mask"], dtype=torch.float64)
-    plain = float(values.mean())
-    by_t = float(((values * mask).sum(dim=-1) / values.shape[-1]).mean())  # = the masked sum over B * T
-    per_response = float(((values * mask).sum(dim=-1) / mask.sum(dim=-1)).mean())
-    token_pool = float((values * mask).sum() / mask.sum())
-    return {"the mask ignored: a plain values.mean() averages the padding in": {agg: plain for agg in AGGREGATIONS},
-            "padding counted in the average (divided by T, not by the response length)":
-                {agg: by_t for agg in AGGREGATIONS},
-            "the two aggregations swapped": {"per_response": token_pool, "token_pool": per_response}}
+    key = next(k for k in exp if not close(got.get(k) if isinstance(got, dict) else None, exp[k]))
+    return PartResult(part, points, 0, f"wrong {OUTPUT_WORDS.get(key, key)}: "
+                                       f"{_difference(got.get(key), exp[key])} ({label})")
 
 
 def sandbox_status(isolate: bool = True) -> isolation.SandboxStatus:
@@ -644,10 +671,8 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
     results = run_student(str(p), calls, allow_sapo_lab, time_limit, Budget(budget), status.isolated)
     report = Report(seed=seed, header=[status.line, time_line(time_limit, budget)])
     for part in parts:
-        frozen = [({**case, "mistakes": {**case.get("mistakes", {}), **computed_mistakes(part, case["inputs"])}},
-                   results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
-        new = [(exp, results[f"{part}/fresh/{i}"], computed_mistakes(part, kw))
-               for i, (kw, exp) in enumerate(fresh[part])]
+        frozen = [(case, results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
+        new = [(exp, results[f"{part}/fresh/{i}"], kw) for i, (kw, exp) in enumerate(fresh[part])]
         report.parts.append(judge_part(part, frozen, new))
     return report
 

@@ -167,12 +167,13 @@ SAPO_GATE = (
 
 # ---- SAPO's loss ----------------------------------------------------------------------------------------------
 def _sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, aggregation="per_response", *,
-               temperature="advantage", prefactor=True, sign=-1.0, detach=True, swap=False, masked=True):
+               temperature="advantage", prefactor=True, sign=-1.0, detach=True, swap=False, masked=True,
+               centred=False):
     r = _ratio(logp, behavior_logp, detach)
     a = advantages[:, None].expand_as(r)
     side = {"advantage": a > 0, "swapped": a <= 0, "ratio": r > 1, "single": torch.ones_like(a, dtype=torch.bool)}
     tau = torch.where(side[temperature], torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
-    gate = torch.sigmoid(tau * (r - 1))
+    gate = torch.sigmoid(tau * (r - 1)) - (0.5 if centred else 0.0)  # centred: 0 on-policy, same gradient
     per_token = sign * a * (4 / tau * gate if prefactor else gate)
     return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked)
 

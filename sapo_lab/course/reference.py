@@ -1,9 +1,9 @@
 """The assignment's reference answers, computed by sapo_lab, and the grader's fresh inputs.
 
 The grader compares a student's functions with these in the grading (parent) process, never in the process that
-runs the student's code. Each reference takes keyword switches that turn it into one of the plausible mistakes
-``assignment/make_expected.py`` freezes (``use_max``, ``swap``, ``detach``, ...); called without them it is the
-definition the handout states. :func:`fresh_cases` draws the inputs a grading run adds to the frozen ones.
+runs the student's code; each is the definition the handout states. The mistakes it names are computed from the
+same inputs by ``mistakes.py``'s catalogue, which the book's exercise checks share. :func:`fresh_cases` draws the
+inputs a grading run adds to the frozen ones.
 """
 
 from __future__ import annotations
@@ -20,11 +20,6 @@ def per_response(values, mask):
     return masked_mean(values, mask, "per_response")
 
 
-def token_pool(values, mask):
-    """One mean over every response token of the batch (sapo_lab's masked_mean)."""
-    return masked_mean(values, mask, "token_pool")
-
-
 def ref_advantages(rewards, eps=1e-6):
     """Part 1: sapo_lab's group advantages (population std)."""
     return group_advantages(rewards, eps)
@@ -35,49 +30,35 @@ def ref_masked_mean(values, mask, aggregation="per_response"):
     return masked_mean(values, mask, aggregation)
 
 
-def clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, *, agg=per_response, use_max=False, clip=True,
-              detach=True):
-    """Part 3: GRPO's clipped surrogate loss; the switches make its listed mistakes."""
-    b = behavior_logp.detach() if detach else behavior_logp
-    r = torch.exp(logp - b)
+def clip_loss(logp, behavior_logp, advantages, mask, eps=0.2):
+    """Part 3: GRPO's clipped surrogate loss."""
+    r = torch.exp(logp - behavior_logp.detach())
     a = advantages[:, None]
-    clipped = torch.clamp(r, 1 - eps, 1 + eps) if clip else r
-    pick = torch.maximum if use_max else torch.minimum
-    return agg(-pick(r * a, clipped * a), mask)
+    return per_response(-torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps) * a), mask)
 
 
-def sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, *, swap=False, single=False,
-                    prefactor=True, sign=-1.0, detach=True):
-    """SAPO's per-token loss -A f_tau(r) (B, T); the switches make its listed mistakes."""
-    b = behavior_logp.detach() if detach else behavior_logp
-    r = torch.exp(logp - b)
+def sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg):
+    """SAPO's per-token loss -A f_tau(r) (B, T), tau_pos where A > 0 and tau_neg elsewhere."""
+    r = torch.exp(logp - behavior_logp.detach())
     a = advantages[:, None].expand_as(logp)
-    pos, neg = (tau_neg, tau_pos) if swap else (tau_pos, tau_neg)
-    if single:
-        neg = pos
-    tau = torch.where(a > 0, torch.full_like(a, pos), torch.full_like(a, neg))
-    f = soft_gate(r, tau) if prefactor else torch.sigmoid(tau * (r - 1))
-    return sign * a * f
+    tau = torch.where(a > 0, torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
+    return -a * soft_gate(r, tau)
 
 
-def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, *, agg=per_response, **kw):
+def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
     """Part 5: SAPO's loss, the per-token loss aggregated per response."""
-    return agg(sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg, **kw), mask)
+    return per_response(sapo_token_loss(logp, behavior_logp, advantages, tau_pos, tau_neg), mask)
 
 
-def seq_ratio(logp, behavior_logp, mask, *, padded=False, total=False, mean_of_ratios=False):
-    """Part 6: GSPO's sequence ratio (B,); the switches make its listed mistakes."""
-    z = (logp - behavior_logp.detach())
-    m = torch.ones_like(mask) if padded else mask
-    if mean_of_ratios:
-        return (torch.exp(z) * m).sum(-1) / m.sum(-1)
-    s = (z * m).sum(-1)
-    return torch.exp(s if total else s / m.sum(-1))
+def seq_ratio(logp, behavior_logp, mask):
+    """Part 6: GSPO's sequence ratio (B,): the exponential of each response's mean log ratio."""
+    z = logp - behavior_logp.detach()
+    return torch.exp((z * mask).sum(-1) / mask.sum(-1))
 
 
-def update(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05, *, adv=ref_advantages, **kw):
+def update(logp, behavior_logp, rewards, mask, tau_pos=1.0, tau_neg=1.05):
     """Part 7: the loss of one update from a (P, G) reward table."""
-    return sapo_loss(logp, behavior_logp, adv(rewards).reshape(-1), mask, tau_pos, tau_neg, **kw)
+    return sapo_loss(logp, behavior_logp, ref_advantages(rewards).reshape(-1), mask, tau_pos, tau_neg)
 
 
 # part -> the reference, called with the skeleton's arguments in the skeleton's order

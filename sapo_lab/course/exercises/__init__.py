@@ -6,12 +6,14 @@ module lists its exercises in ``EXERCISES``. :func:`sapo_lab.course.checks.run_c
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pkgutil
 from importlib import import_module
 
 from ..checks import CheckFailed, Exercise, answered, expect, run_check
 
-__all__ = ["CheckFailed", "Exercise", "all_exercises", "answered", "check", "exercise", "expect"]
+__all__ = ["CheckFailed", "Exercise", "all_exercises", "answered", "check", "check_quietly", "exercise", "expect"]
 
 
 def _chapter_module(chapter: str):
@@ -40,3 +42,13 @@ def check(exercise_id: str, fn) -> bool:
     """Judge the student's ``fn`` on exercise ``exercise_id``: True when right, False when still a stub; a wrong
     answer raises :class:`CheckFailed` with one message (the input, got, expected, and the mistake named)."""
     return run_check(exercise(exercise_id), fn)
+
+
+def check_quietly(exercise_id: str, fn) -> bool:
+    """Whether ``fn`` passes exercise ``exercise_id``, printing nothing and raising nothing: for a later cell that
+    uses the student's function only once it is right (and the reference otherwise)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return run_check(exercise(exercise_id), fn)
+        except CheckFailed:
+            return False
