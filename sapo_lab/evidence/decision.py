@@ -257,17 +257,17 @@ def answer_sentence(ev: Evidence) -> str:
             f"{len(gaps)} declared comparisons of the two and below it in {_count(len(below))} "
             f"({_count(len(kept_below))} at the declared level), {choice}")
     tied = [r for r in gaps if r.side == 0]
-    ties = [f"at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
+    ties = [f"tied at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
     small = _smallest_rate_cells(ev)
     zero = sum(side_of_zero(c.comparison) == 0 for c in small)
     if small and 2 * zero > len(small):  # most of the smallest rate's cells hold zero
-        ties.append(f"read cell by cell (exploratory), at lr {_rate(small[0].sapo.learning_rate)} ({zero} of "
-                    f"{len(small)} intervals holding zero, every gap within "
-                    f"±{max(abs(c.comparison.mean) for c in small):.3f})")
+        ties.append(f"read cell by cell (exploratory), stayed within ±{max(abs(c.comparison.mean) for c in small):.3f} "
+                    f"of each other at lr {_rate(small[0].sapo.learning_rate)} ({zero} of {len(small)} intervals "
+                    "holding zero)")
     else:
         small = []
     if ties:
-        text += ": the two tied " + " and, ".join(ties)
+        text += ": the two " + " and, ".join(ties)
         tie_levels = [lv for r in tied if r.levels for lv in r.levels]
         tie_levels += [ev.levels[m] for c in small for m in (c.sapo.method, c.grpo.method) if m in ev.levels]
         grpo = {c.grpo.method: c.grpo for c in ev.cells if c.grpo.method in ev.levels}
@@ -573,13 +573,13 @@ def where_answered(ev: Evidence) -> str:
     tied = [r for r in _declared_gaps(ev) if r.study == STUDY and r.side == 0]
     small = _smallest_rate_cells(ev)
     nothing = [f"at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
-    if small:
-        zero = sum(side_of_zero(c.comparison) == 0 for c in small)
-        nothing.append(f"at lr {_rate(small[0].sapo.learning_rate)}, where every cell's gap stays within "
-                       f"±{max(abs(c.comparison.mean) for c in small):.3f} ({zero} of {len(small)} intervals "
-                       "holding zero, each read alone)")
     if nothing:
         text += "; the gate map finds no difference " + " or ".join(nothing)
+    if small:
+        zero = sum(side_of_zero(c.comparison) == 0 for c in small)
+        text += (f"{' and,' if nothing else '; the gate map finds,'} at lr {_rate(small[0].sapo.learning_rate)}, "
+                 f"gaps within ±{max(abs(c.comparison.mean) for c in small):.3f} in every cell ({zero} of "
+                 f"{len(small)} intervals holding zero, each read alone)")
     return text + "."
 
 
