@@ -20,6 +20,7 @@ SHORT = {  # row names in the summary's "differs in" column
     "empty response in a batch": "empty response",
     "batch without tokens": "empty batch",
     "padding tokens": "padding",
+    "batch order and size": "batch order/size",
 }
 
 

@@ -401,7 +401,7 @@ def test_a_gradient_equivalent_surrogate_conforms_with_a_note(name):
 def test_audit_flags_each_wrong_implementation(name):
     """Each planted mistake must fail the card and be flagged by the row(s) that isolate it."""
     impl, level, rows, check = WRONG[name]
-    card = audit(impl, name=name, tau_pos=TAU_POS, tau_neg=TAU_NEG, level=level)
+    card = audit(impl, name=name, tau_pos=TAU_POS, tau_neg=TAU_NEG, level=level, dtype="float64")  # float64 alone
     assert not card.passed
     for prop in rows:
         assert card.row(prop).verdict == "differs", (prop, card.row(prop))
@@ -427,19 +427,19 @@ def test_value_at_one_says_centred_or_not():
 
 def test_sapo_lab_settings_are_identified():
     """policy_loss's own switches must read as what they are: token pool, sequence level, a skip at |log r| = 20."""
-    pool = audit(functools.partial(sapo_lab_loss, aggregation="token_pool"))
+    pool = audit(functools.partial(sapo_lab_loss, aggregation="token_pool"), dtype="float64")
     assert pool.row(AGGREGATION).values["aggregation"] == "token_pool"
     assert [r.property for r in pool.rows if r.verdict == "differs"] == [AGGREGATION]
 
     seq = functools.partial(sapo_lab_loss, importance_sampling_level="sequence")
-    assert audit(seq, level="sequence").passed
-    assert audit(seq).row(LEVEL).values["level"] == "sequence"
+    assert audit(seq, level="sequence", dtype="float64").passed
+    assert audit(seq, dtype="float64").row(LEVEL).values["level"] == "sequence"
 
-    skip = audit(functools.partial(sapo_lab_loss, max_log_ratio_policy="skip")).row(EXTREME)
+    skip = audit(functools.partial(sapo_lab_loss, max_log_ratio_policy="skip"), dtype="float64").row(EXTREME)
     assert skip.verdict == "pass" and "harmless clamp" in skip.measured  # a 2e-9 change, credited
     lower = skip.values["A < 0"]["lower"]
     assert (lower["threshold"], lower["kind"], lower["harmless"]) == (pytest.approx(-20, abs=1e-4), "zero", True)
-    raises = audit(functools.partial(sapo_lab_loss, max_log_ratio_policy="error")).row(EXTREME)
+    raises = audit(functools.partial(sapo_lab_loss, max_log_ratio_policy="error"), dtype="float64").row(EXTREME)
     assert raises.verdict == "differs" and "raises" in raises.measured
 
 
