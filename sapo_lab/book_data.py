@@ -75,7 +75,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
                                                     "equal_search_budget") for p in _study(name)),
     "15b_gate_map": (*(p for name in ("gate_map", *_CONFIRMATORY) for p in _metadata(name)),
                      "results/gate_map/runs/*/study_wall.json"),  # the provenance's resumed runs
-    "16_conclusion": (*(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)), *_metadata("gate_map")),
+    "16_conclusion": (*(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _study(name)), *_metadata("gate_map"),
+                      "results/replications/*/replication.json", "results/replications/*/environment.json",
+                      "results/kernel_fingerprints.json"),
     "appendix_provenance": tuple(p for name in (*_EVIDENCE, *_CONFIRMATORY) for p in _metadata(name)),
 }
 ALWAYS = ("experiments/*",)
