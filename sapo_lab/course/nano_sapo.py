@@ -32,7 +32,7 @@ CHAR = {i: c for c, i in TOKEN.items()}
 
 @dataclass
 class Settings:
-    steps: int = 60  # RL steps (one sampled batch each)
+    steps: int = 150  # RL steps (one sampled batch each)
     prompts: int = 32  # P prompts per step
     group: int = 8  # G answers per prompt
     minibatches: int = 4  # M optimizer steps per batch: the later ones are off-policy, where the gate acts
@@ -42,7 +42,7 @@ class Settings:
     tau_neg: float = 1.05  # and for a negative one (the paper's choice: a little sharper)
     warm_updates: int = 300  # supervised warm-start updates at most
     warm_target: float = 0.3  # stop the warm start once held-out Pass@1 reaches this
-    eval_every: int = 10
+    eval_every: int = 25
     seed: int = 0
 
 
