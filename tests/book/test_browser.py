@@ -9,9 +9,9 @@ driver: ``SE_OFFLINE=true``). One visit collects a report; the tests then check 
   reported no error, and no raw TeX delimiters (``$$``, ``$...$``, ``\\(``, ...) are left
   in the page text outside code blocks;
 * every ``<img>`` loaded (``naturalWidth > 0``);
-* every kernel-free plotly explorer responds to a real mouse click on its slider rail:
-  the slider's active step changes and so does the set of visible traces, to exactly
-  the set that step declares;
+* every kernel-free plotly explorer responds to a real mouse click on each of its slider
+  rails: the slider's active step changes and so do the traces that step restyles, to
+  exactly what it declares (the visible set, or the curves of the traces it names);
 * the page raised no JavaScript error (``window.onerror``, unhandled rejections,
   ``console.error`` and Chromium's own SEVERE log, e.g. a missing script);
 * nothing is wider than the text column, at a 1400 and a 1280 px wide window with the
@@ -25,7 +25,9 @@ driver: ``SE_OFFLINE=true``). One visit collects a report; the tests then check 
 * no page scrolls sideways on a phone: at a 390 px wide mobile viewport the document is no
   wider than the screen, and the report names the widest elements that stick out;
 * on the same phone, every number in a table (``−0.075``, each end of ``[−0.124, −0.026]``,
-  ``4,808``, ``5e-05``) is drawn on one line: its characters' boxes share one line top.
+  ``4,808``, ``5e-05``) is drawn on one line: its characters' boxes share one line top;
+* on the same phone, the explorers of chapters 5 and 7: the plotly modebar covers no title,
+  axis title or legend, and every slider's rail is at least 250 px wide.
 
 Screenshots of two chapters go to ``_build/screenshots/``.
 
@@ -144,14 +146,28 @@ return {pending: imgs.filter(i => !i.complete).length,
 SLIDER_FIGURES = r"""
 return Array.from(document.querySelectorAll('.js-plotly-plot'))
   .filter(gd => gd._fullLayout && gd._fullLayout.sliders && gd._fullLayout.sliders.length)
-  .map(gd => gd.id);
+  .map(gd => [gd.id, gd._fullLayout.sliders.length]);
 """
 
+# Slider arguments[1] of figure arguments[0]: its active step, whether the traces now show what each step
+# sets (a restyle of every trace, or of the traces the step names), and those traces' current state.
 SLIDER_STATE = r"""
 const gd = document.getElementById(arguments[0]);
-const slider = gd._fullLayout.sliders[0];
-return {active: slider.active, steps: slider.steps.map(s => s.args[0].visible),
-        visible: gd.data.map(t => t.visible === undefined ? true : t.visible)};
+const slider = gd._fullLayout.sliders[arguments[1]];
+const plain = v => JSON.stringify(ArrayBuffer.isView(v) ? Array.from(v) : v);
+const current = (trace, key) => {
+  const v = gd.data[trace][key];
+  return key === 'visible' ? String(v === undefined ? true : v) : plain(v);
+};
+const wanted = (v, key) => key === 'visible' ? String(v) : plain(v);
+const traces = step => step.args[1] == null ? gd.data.map((_, i) => i) : step.args[1];
+const keys = Object.keys(slider.steps[0].args[0]);
+const matches = slider.steps.map(step => traces(step).every((t, j) => keys.every(key => {
+  const value = step.args[0][key];
+  return current(t, key) === wanted(Array.isArray(value) ? value[j] : value, key);
+})));
+return {active: slider.active, steps: slider.steps.length, matches,
+        state: traces(slider.steps[0]).map(t => keys.map(key => current(t, key)).join('|')).join(';')};
 """
 
 # Raw TeX that MathJax should have consumed (text outside code blocks only).
@@ -257,13 +273,14 @@ def _severe_log(drv) -> list[str]:
     return out
 
 
-def _click_slider(drv, gd_id: str, to_last: bool) -> None:
-    """A real mouse click near one end of the slider rail (plotly snaps to the first or last step)."""
+def _click_slider(drv, gd_id: str, index: int, to_last: bool) -> None:
+    """A real mouse click near one end of slider ``index``'s rail (plotly snaps to the first or last step)."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     drv.execute_script("document.getElementById(arguments[0]).scrollIntoView({block: 'center'});", gd_id)
-    rail = drv.execute_script(
-        "return document.getElementById(arguments[0]).querySelector('.slider-rail-touch-rect');", gd_id)
+    rail = drv.execute_script("return document.getElementById(arguments[0])"
+                              ".querySelectorAll('.slider-rail-touch-rect')[arguments[1]];", gd_id, index)
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", rail)
     width = rail.size["width"]
     offset = int(width / 2) - 3
     ActionChains(drv).move_to_element_with_offset(rail, offset if to_last else -offset, 0).click().perform()
@@ -271,23 +288,22 @@ def _click_slider(drv, gd_id: str, to_last: bool) -> None:
 
 def _check_sliders(drv) -> list[dict]:
     results = []
-    for gd_id in drv.execute_script(SLIDER_FIGURES):
-        before = drv.execute_script(SLIDER_STATE, gd_id)
-        to_last = before["active"] != len(before["steps"]) - 1
-        target = len(before["steps"]) - 1 if to_last else 0
-        expected = [bool(v) for v in before["steps"][target]]
-        _click_slider(drv, gd_id, to_last)
+    for gd_id, count in drv.execute_script(SLIDER_FIGURES):
+        for index in range(count):
+            before = drv.execute_script(SLIDER_STATE, gd_id, index)
+            to_last = before["active"] != before["steps"] - 1
+            target = before["steps"] - 1 if to_last else 0
+            _click_slider(drv, gd_id, index, to_last)
 
-        def settled(state, t=target, want=expected):
-            # Plotly moves the slider before its restyle lands: wait for both, not just the handle.
-            shown = [bool(v) for v in state["visible"][:len(want)]]
-            return state if state["active"] == t and shown == want else None
+            def settled(state, t=target):
+                # Plotly moves the slider before its restyle lands: wait for both, not just the handle.
+                return state if state["active"] == t and state["matches"][t] else None
 
-        after = _wait(lambda g=gd_id: settled(drv.execute_script(SLIDER_STATE, g)), timeout=10) \
-            or drv.execute_script(SLIDER_STATE, gd_id)
-        results.append(dict(id=gd_id, before=before["active"], target=target, after=after["active"],
-                            changed=after["visible"] != before["visible"],
-                            matches_step=[bool(v) for v in after["visible"][:len(expected)]] == expected))
+            after = _wait(lambda g=gd_id, k=index: settled(drv.execute_script(SLIDER_STATE, g, k)), timeout=10) \
+                or drv.execute_script(SLIDER_STATE, gd_id, index)
+            results.append(dict(id=f"{gd_id}#{index}", before=before["active"], target=target,
+                                after=after["active"], changed=after["state"] != before["state"],
+                                matches_step=after["matches"][target]))
     return results
 
 
@@ -746,6 +762,83 @@ def test_the_phone_check_reports_a_planted_wide_block(site, driver):
     assert _sideways(clean) <= 1, clean
     assert _sideways(planted) > 500, planted
     assert any("planted wide block" in e["text"] for e in planted["sticking_out"]), planted["sticking_out"]
+
+
+# The explorers on a phone: each figure's modebar against its title, axis titles and legend, and each slider's rail.
+EXPLORER_PHONE_REPORT = r"""
+const box = el => el.getBoundingClientRect();
+const area = (a, b) => Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left))
+                     * Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+const labelled = [['title', '.gtitle'], ['axis title', '.xtitle, .ytitle'], ['legend', '.legend'],
+                  ['annotation', '.annotation']];
+return Array.from(document.querySelectorAll('.js-plotly-plot')).filter(gd => gd._fullLayout).map(gd => {
+  const modebar = gd.querySelector('.modebar');
+  const covered = [];
+  if (modebar && box(modebar).width > 0) {
+    for (const [kind, selector] of labelled) {
+      for (const el of gd.querySelectorAll(selector)) {
+        const px = area(box(modebar), box(el));
+        if (px > 0) covered.push({kind, text: el.textContent.trim().slice(0, 60), px: Math.round(px)});
+      }
+    }
+  }
+  const title = gd._fullLayout.title && gd._fullLayout.title.text || '';
+  return {title: title.slice(0, 60), width: Math.round(box(gd).width), covered,
+          rails: Array.from(gd.querySelectorAll('.slider-rail-rect')).map(r => Math.round(box(r).width))};
+});
+"""
+PHONE_EXPLORER_PAGES = ("book/05_soft_surrogate.html", "book/07_sign_asymmetry.html")
+PHONE_SLIDER_PX = 250
+
+
+def _explorers_on_phone(drv, base: str, page: str, plant=None) -> list[dict]:
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    try:
+        _open(drv, base, page)
+        _wait(lambda: drv.execute_script(
+            "return Array.from(document.querySelectorAll('.plotly-graph-div')).every(g => g._fullLayout)"))
+        if plant:
+            assert drv.execute_async_script(plant) == "ok"
+        return drv.execute_script(EXPLORER_PHONE_REPORT)
+    finally:
+        drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("page", PHONE_EXPLORER_PAGES)
+def test_explorers_fit_a_phone(site, driver, page):
+    # Catches the modebar drawn over a figure's title (plotly's default title height on a narrow figure) and
+    # sliders squeezed by a legend beside the plot or by a second slider on the same row.
+    figures = _explorers_on_phone(driver, site, page)
+    sliders = [f for f in figures if f["rails"]]
+    assert any(len(f["rails"]) >= 2 for f in sliders), f"{page}: no explorer with a slider per parameter: {figures}"
+    for f in figures:
+        assert not f["covered"], f"{page}, figure {f['title']!r}: the modebar covers {f['covered']}"
+        assert min(f["rails"], default=PHONE_SLIDER_PX) >= PHONE_SLIDER_PX, (
+            f"{page}, figure {f['title']!r} ({f['width']} px wide): slider rails of {f['rails']} px on a "
+            f"{PHONE['width']} px phone; each needs {PHONE_SLIDER_PX}")
+
+
+# A figure laid out as the explorers once were: a 60 px top margin (plotly centres the title in it, in the
+# modebar's row), a legend beside the plot and two sliders sharing one row.
+PLANT_CRAMPED_FIGURE = r"""
+const done = arguments[arguments.length - 1];
+const holder = document.createElement('div');
+document.querySelector('article.bd-article').appendChild(holder);
+const step = v => ({method: 'restyle', args: [{visible: [v, !v]}], label: String(v)});
+Plotly.newPlot(holder, [{y: [0, 1], name: 'a first trace'}, {y: [1, 0], name: 'a second trace'}],
+  {title: {text: 'planted title that runs under the modebar'}, margin: {t: 60},
+   sliders: [{steps: [step(true), step(false)], len: 0.5}, {steps: [step(true), step(false)], len: 0.5, x: 0.5}]},
+  {responsive: true}).then(() => done('ok'), e => done('plotly: ' + e));
+"""
+
+
+def test_the_phone_explorer_check_reports_a_planted_cramped_figure(site, driver):
+    # Without it, the explorer test could pass because it found no modebar or measured the wrong rails.
+    figures = _explorers_on_phone(driver, site, PLANT_PAGE, plant=PLANT_CRAMPED_FIGURE)
+    planted = [f for f in figures if f["title"].startswith("planted")]
+    assert len(planted) == 1, figures
+    assert "title" in {c["kind"] for c in planted[0]["covered"]}, planted
+    assert len(planted[0]["rails"]) == 2 and max(planted[0]["rails"]) < PHONE_SLIDER_PX, planted
 
 
 # A display equation far wider than any column, typeset by the page's own MathJax.
