@@ -29,17 +29,39 @@ CORRECT = MODULES / "from_handout.py"
 WRAPS_LIBRARY = MODULES / "wraps_sapo_lab.py"
 SEED = 20261205
 
-# planted module -> (the part it breaks, the mistake the grader must name)
+# planted module -> (the part it breaks, the mistake the grader must name: a name in sapo_lab/course/mistakes.py,
+# the catalogue the book's exercise checks share)
 PLANTED = {
-    "wrong_sample_std": ("group_advantages", "sample std (divided by G - 1) instead of the population std"),
+    "wrong_sample_std": ("group_advantages", "divided by the sample standard deviation (G - 1 in the variance)"),
     "wrong_token_pool": ("masked_mean", "the two aggregations swapped"),
-    "wrong_clip_max": ("clipped_surrogate_loss", "max instead of min (the pessimistic bound reversed)"),
-    "wrong_gate_prefactor": ("sapo_gate", "the 4/tau prefactor missing"),
+    "wrong_clip_max": ("clipped_surrogate_loss", "max instead of min: the pessimistic bound turned into an optimistic one"),
+    "wrong_gate_prefactor": ("sapo_gate", "the 4 / tau prefactor left out (a bare sigmoid)"),
     "wrong_swapped_temperatures": ("sapo_loss", "tau_pos and tau_neg swapped"),
-    "wrong_not_detached": ("sapo_loss", "behaviour log-probs not detached (gradient flows into the old policy)"),
-    "wrong_gspo_padding": ("gspo_sequence_ratio", "padding included in the mean log ratio"),
-    "wrong_batch_advantages": ("update_loss", "advantages normalised over the whole batch instead of per group"),
+    "wrong_not_detached": ("sapo_loss",
+                           "behavior_logp not detached: a gradient flows into the old policy's log-probabilities"),
+    "wrong_gspo_padding": ("gspo_sequence_ratio", "padding tokens counted in the mean log-ratio"),
+    "wrong_batch_advantages": ("update_loss", "advantages normalised over the whole batch instead of within each group"),
 }
+
+
+def one_file(name: str, folder: Path) -> Path:
+    """The planted module ``name`` as a student hands it in, one file: its imports of the handout module replaced
+    by that module's text (in the sandbox a submission has no file beside it)."""
+    lines, inlined = [], False
+    for line in (MODULES / name).read_text().splitlines():
+        if line.startswith("from from_handout import"):
+            if not inlined:
+                lines.append(CORRECT.read_text())
+            inlined = True
+            for imported in line.split("import", 1)[1].split("#")[0].split(","):
+                original, _, alias = imported.strip().partition(" as ")
+                if alias:  # "from from_handout import masked_mean as _right"
+                    lines.append(f"{alias} = {original}")
+        else:
+            lines.append(line)
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def cli(*args):
@@ -80,19 +102,19 @@ def test_the_skeleton_scores_zero_and_says_not_implemented():
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
-def test_each_planted_mistake_loses_its_part_and_is_named(name):
+def test_each_planted_mistake_loses_its_part_and_is_named(name, tmp_path):
     # catches: a part graded with the student's own other functions (one bug costing several parts), or a
-    # mistake no longer recognised from its frozen outputs
+    # mistake no longer recognised from the outputs the catalogue computes on each case's inputs
     part, mistake = PLANTED[name]
-    report = grader.grade(str(MODULES / f"{name}.py"), seed=SEED)
+    report = grader.grade(str(one_file(f"{name}.py", tmp_path)), seed=SEED)
     failed = [p for p in report.parts if p.earned < p.points]
     assert [p.part for p in failed] == [part]
     assert failed[0].mistake == mistake
     assert not report.passed
 
 
-def test_a_planted_mistake_exits_1_through_the_command_line():
-    run = grade_in_process(str(MODULES / "wrong_clip_max.py"))
+def test_a_planted_mistake_exits_1_through_the_command_line(tmp_path):
+    run = grade_in_process(str(one_file("wrong_clip_max.py", tmp_path)))
     assert run.returncode == 1
     assert "most likely mistake: max instead of min" in run.stdout
 
@@ -102,8 +124,8 @@ def test_a_planted_mistake_exits_1_through_the_command_line():
     ("imports_objective.py", "imports sapo_lab.objective"),
     ("no_such_module.py", "no such file"),
 ])
-def test_an_ungradable_module_exits_2_with_one_line(name, says):
-    run = cli(str(MODULES / name))
+def test_an_ungradable_module_exits_2_with_one_line(name, says, tmp_path):
+    run = cli(str(one_file(name, tmp_path) if (MODULES / name).exists() else MODULES / name))
     assert run.returncode == 2
     assert run.stdout == "" and len(run.stderr.strip().splitlines()) == 1
     assert says in run.stderr and "Traceback" not in run.stderr

@@ -67,12 +67,12 @@ def test_a_part_that_is_not_a_function_is_called_so(tmp_path):
          if aggregation == "per_response":
              return ((values * m).sum(dim=1) / values.shape[1]).mean()
          return (values * m).sum() / m.sum()
-     """, "wrong per_response; most likely mistake: padding counted in the average"),
+     """, "wrong per_response; most likely mistake: padding counted in the denominator"),
     # v_plainmean.py, trimmed
     ("""
      def masked_mean(values, mask, aggregation="per_response"):
          return values.mean()
-     """, "wrong; most likely mistake: the mask ignored: a plain values.mean()"),
+     """, "wrong; most likely mistake: the mask left out: a plain mean averages the padding in"),
 ])
 def test_the_masked_mean_mistakes_the_handout_warns_about_are_named(tmp_path, body, named):
     # catches: a mistake matched only when every output is wrong the same way (the tester's divided-by-T module,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,13 @@ def test_each_part_names_its_own_error(tmp_path):
     assert "fresh case" in notes["sapo_gate"]  # the frozen ratios stay below 3, where it does not overflow
     assert notes["sapo_loss"].startswith("wrong shape: returns (") and "expected ()" in notes["sapo_loss"]
     assert notes["group_advantages"].startswith("wrong dtype: returns float32")
-    assert notes["gspo_sequence_ratio"].startswith("a gradient reaches behavior_logp")
-    assert notes["clipped_surrogate_loss"].startswith("wrong at value: got ")
-    got, expected = (float(x.rstrip(",")) for x in notes["clipped_surrogate_loss"].split()[4:7:2])
+    assert notes["gspo_sequence_ratio"].startswith("wrong; most likely mistake: behavior_logp not detached")
+    assert "; fix: detach behavior_logp" in notes["gspo_sequence_ratio"]
+    # an unlisted mistake: what differs, in words (the scale), with the value got and expected
+    clipped = notes["clipped_surrogate_loss"]
+    assert clipped.startswith("wrong value: every element is 1.01 times the right one (largest difference at the "
+                              "value: got "), clipped
+    got, expected = map(float, re.search(r"got (\S+), expected (\S+?)\)", clipped).groups())
     assert math.isclose(got, 1.01 * expected, rel_tol=2e-5)
 
 
@@ -137,3 +142,55 @@ def test_a_rounded_negative_zero_matches_the_digest_of_zero():
 
     assert matches(-1e-9, answer_digest(0.0)) and matches([-4e-5, 1.0], answer_digest([0.0, 1.0]))
     assert not matches(-1e-3, answer_digest(0.0))
+
+
+def test_the_issues_honest_mistakes_are_named_each_in_its_own_part(tmp_path):
+    # catches: honest mistakes reported as "wrong at ...: got X, expected Y" with nothing named (the issue: 6 of 17),
+    # r * A clipped misnamed "no clipping", the detach on the wrong tensor read as a plain detach problem, or a
+    # Python float where a 0-d tensor belongs named as anything but that
+    module = planted(tmp_path, {
+        "mean = rewards.mean(dim=1, keepdim=True)\n    std = rewards.std(dim=1, unbiased=False, keepdim=True)":
+            "mean = rewards.mean(dim=0, keepdim=True)\n    std = rewards.std(dim=0, unbiased=False, keepdim=True)",
+        "torch.clamp(ratio, 1 - eps, 1 + eps) * adv": "torch.clamp(ratio * adv, 1 - eps, 1 + eps)",
+        'return masked_mean(-adv * sapo_gate(ratio, tau), mask, "per_response")':
+            'return masked_mean(-adv * sapo_gate(ratio, tau), torch.ones_like(mask), "per_response")',
+        "((logp - behavior_logp.detach()) * m)": "((logp.detach() - behavior_logp) * m)",
+        "return sapo_loss(logp, behavior_logp, advantages, mask, tau_pos, tau_neg)":
+            "return float(sapo_loss(logp, behavior_logp, advantages, mask, tau_pos, tau_neg))",
+    })
+    report = grader.grade(str(module), seed=SEED)
+    mistakes = {p.part: p.mistake for p in report.parts}
+    assert mistakes["group_advantages"].startswith("statistics taken over the wrong axis"), report.lines()
+    assert mistakes["clipped_surrogate_loss"] == "the product r * A clipped instead of the ratio r", report.lines()
+    assert mistakes["sapo_loss"] == "the mask left out: padding tokens enter the mean", report.lines()
+    assert mistakes["gspo_sequence_ratio"].startswith("the detach on the wrong tensor"), report.lines()
+    assert report.part("update_loss").note.startswith("returns a float for the loss, not a 0-d tensor")
+    assert [p.part for p in report.parts if p.earned == p.points] == ["masked_mean", "sapo_gate"], report.lines()
+
+
+def test_every_catalogued_mistake_is_named_from_its_own_outputs():
+    # catches: a mistake of the catalogue the grader names as another (a tie broken the wrong way, a score over
+    # the wrong cases), or one whose outputs the grader's inputs cannot tell from the right answer without saying
+    # so. A mistake's outputs on the frozen cases are handed to the verdict as the student's.
+    from sapo_lab.course.mistakes import MISTAKES
+    from sapo_lab.course.sandbox import observe_with_meta
+
+    cases = grader.expected_outputs()
+    indistinguishable = set()
+    for part in grader.PARTS:
+        for mistake in MISTAKES[part]:
+            recorded = [observe_with_meta(part, mistake.compute, case["inputs"]) for case in cases[part]]
+            results = [{"outputs": out, "meta": meta} for out, meta in recorded]
+            verdict = grader.judge_part(part, list(zip(cases[part], results, strict=True)), [])
+            if all(grader.close(out, case["expected"]) for (out, _), case in zip(recorded, cases[part], strict=True)):
+                indistinguishable.add(mistake.name)
+                assert verdict.earned == verdict.points, (part, mistake.name)
+                continue
+            assert verdict.earned == 0 and verdict.mistake is not None, (part, mistake.name, verdict.note)
+            named = next(m for m in MISTAKES[part] if m.name == verdict.mistake)
+            same = [grader.close(out, grader.observe(part, named.compute, case["inputs"]))
+                    for (out, _), case in zip(recorded, cases[part], strict=True)]
+            assert all(same), (part, mistake.name, verdict.mistake)  # the same outputs, if not the same name
+    # within the 1e-6 tolerance, eps inside the root moves no advantage of 0/1 rewards
+    assert indistinguishable == {next(m.name for m in MISTAKES["group_advantages"] if "inside the square root"
+                                      in m.name)}, indistinguishable
