@@ -1,6 +1,6 @@
 """Exercise checks that teach: call the student's function on fresh inputs and say what is wrong.
 
-A check cell in the book is one line, ``check("03.advantages", group_advantages)``. The exercise it names
+A check cell in the book is one line, ``check("03.advantages", normalized_advantages)``. The exercise it names
 (:mod:`sapo_lab.course.exercises`) holds the reference answer, a generator of fresh inputs (never the numbers
 of the exercise's statement) and the known mistakes (:mod:`sapo_lab.course.mistakes`). The check
 

@@ -46,7 +46,8 @@ def test_every_coded_exercise_has_a_check_and_a_registered_wrong_answer():
     assert not missing, missing
     for e in ALL:
         for w in e.wrong:
-            assert set(w) == {"mistake", "source"} and w["mistake"] and w["source"].strip(), e.label
+            assert {"mistake", "source"} <= set(w) <= {"mistake", "source", "message"}, e.label
+            assert w["mistake"] and w["source"].strip(), e.label
 
 
 CORE = tuple(f"{n:02d}_" for n in range(2, 11))

@@ -1,6 +1,6 @@
 """The book's coded exercises, one module per chapter (``ch02`` ... ``ch10``), and the check cells' entry point.
 
-A check cell calls ``check("03.advantages", group_advantages)``: the part before the dot is the chapter, whose
+A check cell calls ``check("03.advantages", normalized_advantages)``: the part before the dot is the chapter, whose
 module lists its exercises in ``EXERCISES``. :func:`sapo_lab.course.checks.run_check` does the judging.
 """
 
