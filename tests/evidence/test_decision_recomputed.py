@@ -246,3 +246,26 @@ def test_the_answer_names_where_the_two_tie_from_g4as_interval(committed, gate_m
     scope = decision.where_answered(ev)
     assert "M = 8 on addition (Q1) and M = 4 on scratchpad addition (Q2), at the shared lr 2e-4" in scope
     assert "no difference at M = 2 with lr 2e-4 shared (G4a)" in scope
+
+
+def test_replicates_docstring_says_what_git_and_the_record_show():
+    # catches the docstring claiming the rule was declared "before any replication ran" when git's first commit of
+    # the module comes after the replication's first run started: both times read here, the minutes worked out
+    import subprocess
+    from datetime import datetime
+
+    import sapo_lab.studies.replicate as replicate
+
+    log = subprocess.run(["git", "log", "--format=%H %ad", "--date=iso-strict", "--", "sapo_lab/studies/replicate.py"],
+                         capture_output=True, text=True, cwd=ROOT)
+    if log.returncode != 0 or not log.stdout.strip():
+        pytest.skip("not inside a git checkout: the module's first commit cannot be read")
+    commit, when = log.stdout.strip().splitlines()[-1].split()
+    (folder,) = [p.parent for p in RESULTS.glob("replications/*/confirm_addition/replication.json")]
+    env = json.loads((folder / "environment.json").read_text())["invocations"]
+    started = min(datetime.fromisoformat(inv["started_utc"]) for inv in env)
+    minutes = round((datetime.fromisoformat(when) - started).total_seconds() / 60)
+    doc = " ".join(replicate.__doc__.split())
+    assert "before any replication ran, and" not in doc and "not declared before any replication ran" in doc
+    assert f"({commit[:7]}, {datetime.fromisoformat(when):%H:%M:%S} UTC" in doc
+    assert f"{minutes} minutes after" in doc and f"({started:%H:%M:%S} UTC" in doc
