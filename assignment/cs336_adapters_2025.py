@@ -1,4 +1,5 @@
-"""Stanford CS336 assignment 5 (spring 2025 edition) adapters with SAPO added: a drop-in for its ``tests/adapters.py``.
+"""Stanford CS336 assignment 5 (spring 2025 edition) adapters with SAPO added: a drop-in for its ``tests/adapters.py``,
+with ``cs336_adapters.py`` copied beside it as ``tests/cs336_adapters.py`` (what both editions share lives there).
 
 The 2025 edition's names and signatures; what answers is as in ``cs336_adapters.py`` (the 2026 edition): SAPO and
 the std-normalised group advantages from the student's SAPO assignment module (``SAPO_ASSIGNMENT``), everything
@@ -16,7 +17,13 @@ from typing import Literal
 
 import torch
 
-_spec = importlib.util.spec_from_file_location("cs336_adapters_shared", Path(__file__).with_name("cs336_adapters.py"))
+# What both editions share is in the 2026 file: copy it beside this one, under its own name (the handout says so).
+_SHARED = Path(__file__).with_name("cs336_adapters.py")
+if not _SHARED.is_file():
+    raise ImportError(f"{Path(__file__).name} needs cs336_adapters.py beside it ({_SHARED} is missing): copy both "
+                      "files of the repository's assignment/ folder, this one as tests/adapters.py and "
+                      "cs336_adapters.py as tests/cs336_adapters.py")
+_spec = importlib.util.spec_from_file_location("cs336_adapters_shared", _SHARED)
 shared = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shared)
 

@@ -307,3 +307,44 @@ def test_a_cliprange_of_one_or_more_clips_on_the_upper_side_only(monkeypatch, cl
     A, logp, old = x["rewards"], x["logp"], x["old"]
     grpo, _ = a.run_compute_policy_gradient_loss(A, logp, "grpo", old_log_probs=old, cliprange=cliprange)
     assert close(grpo, clipped(torch.exp(logp - old), A, cliprange))
+
+
+# The copies the handout names, as (file of assignment/, where it goes in the course's checkout).
+COPIES = {"2026": [("cs336_adapters.py", "tests/adapters.py")],
+          "2025": [("cs336_adapters_2025.py", "tests/adapters.py"), ("cs336_adapters.py", "tests/cs336_adapters.py")]}
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_the_files_the_handout_names_are_all_a_course_needs(monkeypatch, tmp_path, edition):
+    # catches: an edition's adapters that load a file the handout does not tell the course to copy (the issue: the
+    # 2025 file, copied alone, failed every test module at import on its 2026 sibling), or a handout whose copy
+    # instructions differ from these
+    handout = " ".join((ROOT / "book" / "assignment_sapo.md").read_text().split())
+    for source, target in COPIES[edition]:
+        assert f"`assignment/{source}` as `{target}`" in handout, (source, target)
+        (tmp_path / target).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / target).write_text((ROOT / "assignment" / source).read_text())
+    monkeypatch.setenv("SAPO_ASSIGNMENT", str(CORRECT))
+    monkeypatch.delenv("CS336_COURSE_ADAPTERS", raising=False)
+    spec = importlib.util.spec_from_file_location(f"course_adapters_{edition}", tmp_path / "tests" / "adapters.py")
+    adapters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapters)
+    assert not {n for n in NAMES[edition] if not callable(getattr(adapters, n, None))}
+    logp, old = torch.full((1, 1), -1.0, dtype=torch.float64), torch.full((1, 1), -1.5, dtype=torch.float64)
+    adv = torch.tensor([1.0], dtype=torch.float64)
+    if edition == "2026":
+        per_token, _ = adapters.run_compute_policy_gradient_loss(adv, logp, "sapo", old, tau_pos=2.0, tau_neg=3.0)
+    else:
+        per_token, _ = adapters.run_compute_policy_gradient_loss(logp, "sapo", advantages=adv, old_log_probs=old,
+                                                                 tau_pos=2.0, tau_neg=3.0)
+    # -A (4 / tau) sigmoid(tau (r - 1)) at r = e^0.5, A = 1, tau = tau_pos = 2
+    want = -(4 / 2.0) / (1 + math.exp(-2.0 * (math.exp(0.5) - 1)))
+    assert math.isclose(float(per_token.reshape(())), want, rel_tol=1e-12)
+
+
+def test_the_2025_adapters_alone_say_which_file_is_missing(tmp_path):
+    # catches: the bare FileNotFoundError from importlib the issue's tester met, naming no file to copy
+    (tmp_path / "adapters.py").write_text(EDITIONS["2025"].read_text())
+    spec = importlib.util.spec_from_file_location("course_adapters_alone", tmp_path / "adapters.py")
+    with pytest.raises(ImportError, match=r"needs cs336_adapters\.py beside it .* as tests/cs336_adapters\.py"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))

@@ -227,10 +227,12 @@ def test_the_handout_states_what_the_grader_checks():
     assert rows["training"] == grader.TRAIN_POINTS
     assert grader.ATOL == grader.RTOL == 1e-6 and "tolerance of $10^{-6}$" in handout
     assert f"`--time-limit`, {grader.TIME_LIMIT_S:g} s by default" in handout
+    assert f"`--budget`, {grader.BUDGET_S:g} s by default" in handout
     assert f"a fixed {grader.TRAIN_STEPS} steps" in handout and "gain of 0.14" in handout
     from sapo_lab.cli import build_parser
 
     assert build_parser().parse_args(["grade", "m.py"]).time_limit == grader.TIME_LIMIT_S
+    assert build_parser().parse_args(["grade", "m.py"]).budget == grader.BUDGET_S
     for rule in ("no gradient may reach\n  `behavior_logp`", "in all four parts, the GSPO ratio included", "0-d tensor",
                  "float64 tensor", "population standard deviation", "torch.sigmoid"):
         assert rule in handout, rule
