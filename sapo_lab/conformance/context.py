@@ -52,6 +52,9 @@ class Context:
     k_neg: float = 1.0
     shape_ok: bool = True
     on_policy_ok: bool = True
+    shape_cause: str = ""  # the cause the shape row names, '' when none
+    # the on-policy line without its cause, for when the value-vs-gradient check contradicts a constant factor
+    constant_factor_summary: str = ""
     # float32 when the loss holds its temperatures in float32 (found by the temperature fit): its
     # arithmetic then carries float32 rounding, so later checks use float32's tolerances.
     held_dtype: torch.dtype | None = None

@@ -124,6 +124,8 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
     rows[GATE_SHAPE], rows[TEMPERATURE_POS], rows[TEMPERATURE_NEG], rows[TEMPERATURE_ZERO] = shape_rows(ctx)
     rows[ON_POLICY], rows[VALUE_AT_ONE] = on_policy_rows(ctx)  # then the measured on-policy factors
     rows[GRADIENT], rows[FINITE_DIFFERENCES], rows[PADDING], rows[OLD_LOGP] = closed_form_rows(ctx)
+    if ctx.constant_factor_summary and rows[FINITE_DIFFERENCES].verdict == "differs":
+        rows[ON_POLICY].summary = ctx.constant_factor_summary
     rows[LEVEL] = level_row(ctx)
     rows[EXTREME] = extreme_row(ctx)
     clamp = clamp_cause(rows[GATE_SHAPE], rows[EXTREME], tau_pos, tau_neg, ctx.tol)

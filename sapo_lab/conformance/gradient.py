@@ -77,10 +77,15 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
     def near(x, y):  # naming a cause is a hint: loose enough for a temperature held in float32
         return abs(x - y) <= max(tol, 1e-6) * max(1.0, abs(y))
 
-    cause, against = "", _factor_disagreement(ctx, near) if not ok else ""
+    cause, against = "", ""
+    value_not_slope = near(ctx.k_pos, 2 / ctx.tau_pos) and near(ctx.k_neg, 2 / ctx.tau_neg)
+    if not ok and value_not_slope and ctx.shape_cause.startswith("g(r) is f(r)"):
+        cause = "2/tau = f(1), the surrogate's value, not its slope"  # the shape row reads f(r) too
+    elif not ok:
+        against = _factor_disagreement(ctx, near)
     if against:
         notes.append(against)
-    if not ok and not against:
+    if not ok and not against and not cause:
         if near(ctx.k_pos, ctx.tau_pos / 4) and near(ctx.k_neg, ctx.tau_neg / 4):
             cause = "the 4/tau factor is missing"
             notes.append(f"equals tau/4 ({fmt(ctx.tau_pos / 4)}, {fmt(ctx.tau_neg / 4)}): the effective learning rate "
@@ -89,14 +94,16 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
             cause = "a factor 4 is missing (or the loss is / 4)"
         elif near(ctx.k_pos, 0.5) and near(ctx.k_neg, 0.5):
             cause = "a 2/tau prefactor where the paper has 4/tau (or the loss halved)"
-        elif near(ctx.k_pos, 2 / ctx.tau_pos) and near(ctx.k_neg, 2 / ctx.tau_neg):
-            cause = "2/tau = f(1), the surrogate's value, not its slope"
         elif near(ctx.k_pos, -1.0) and near(ctx.k_neg, -1.0):
             cause = "the advantage's sign is flipped (an objective returned where a loss is expected)"
         elif near(ctx.k_pos, 1.0) and near(ctx.k_neg, -1.0):
             cause = "A < 0 gives -1: the loss uses |A|"
         elif near(ctx.k_pos, ctx.k_neg):
             cause = "one constant scale for both signs (a normaliser, or a learning-rate change)"
+        # a constant factor scales the value with the gradient: the value-vs-gradient check must agree
+        ctx.constant_factor_summary = (f"on-policy gradient factor {ctx.k_pos:.4g} / {ctx.k_neg:.4g} instead of 1 "
+                                       "(the value's derivative differs from the applied gradient too, which no "
+                                       "constant factor does)") if cause else ""
         notes.append(f"ratio of the factors A<0 / A>0: {fmt(ctx.k_neg / ctx.k_pos) if ctx.k_pos else 'undefined'}")
         if cause:
             notes.insert(0, cause)
@@ -337,6 +344,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         cause = _temperature_rule_cause(ctx, curves)
         if not cause and len(set(causes.values())) == 1 and not errors:
             cause = next(iter(causes.values()))
+        ctx.shape_cause = cause if not ok else ""
         if not ok:
             if cause:
                 summary = "gradient shape: " + cause

@@ -89,6 +89,17 @@ def log2_log_probs(logp, old_logp, advantages, mask):
     return paper(logp / math.log(2), old_logp / math.log(2), advantages, mask)
 
 
+def gradient_halved_by_a_detach(logp, old_logp, advantages, mask):
+    value = paper(logp, old_logp, advantages, mask)
+    return value - 0.5 * (value - value.detach())
+
+
+def value_as_weight(logp, old_logp, advantages, mask):
+    A = advantages[:, None]
+    r = torch.exp(logp - old_logp).detach()
+    return _mean(-A * (4 / _tau(A)) * torch.sigmoid(_tau(A) * (r - 1)) * logp, mask)
+
+
 def with_kl_penalty(logp, old_logp, advantages, mask):
     z = logp - old_logp.detach()
     return paper(logp, old_logp, advantages, mask) + 0.1 * _mean(torch.exp(-z) + z - 1, mask)
@@ -236,11 +247,13 @@ def test_a_float32_fast_path_is_caught_by_default(user_dir, capsys):
     ("halved_log_ratio", 0.5, "the gradient's shape across r differs too"),
     ("advantages_over_max", 0.5, "the aggregation probes, where every A = 1, measured 1"),
     ("log2_log_probs", 1 / 0.6931471805599453, "the gradient's shape across r differs too"),
+    ("gradient_halved_by_a_detach", 0.5, "the value's derivative differs from the applied gradient too"),
 ])
 def test_a_factor_is_not_given_a_cause_the_card_contradicts(name, factor, because, user_dir):
-    """Catches "a 2/tau prefactor" for a halved log-ratio (its shape differs) and for A / max|A| (the factor is 1
-    where every A = 1), and "a normaliser, or a learning-rate change" for log2 log-probs (a factor 1/ln 2 = 1.443
-    whose shape differs too): the line gives the factor and what contradicts a constant, no cause."""
+    """Catches "a 2/tau prefactor" for a halved log-ratio (its shape differs), for A / max|A| (the factor is 1
+    where every A = 1) and for a gradient halved behind a detach (the value keeps the paper's slope), and "a
+    normaliser, or a learning-rate change" for log2 log-probs (a factor 1/ln 2 = 1.443 whose shape differs too):
+    the line gives the factor and what contradicts a constant, no cause."""
     row = _card(name, dtype="float64").row(ON_POLICY)
     assert row.values["factor_pos"] == pytest.approx(factor) == row.values["factor_neg"]
     assert because in row.summary, row.summary
@@ -276,6 +289,14 @@ def test_a_shifted_advantage_is_still_told_from_a_term_without_it():
     row = audit(shifted, dtype="float64").row(ZERO_ADVANTAGE)
     assert row.verdict == "differs" and "advantage_free_term" not in row.values
     assert row.values["advantage_shift"] == pytest.approx(0.1) and "shifted" in row.summary
+
+
+def test_a_cause_the_whole_card_agrees_with_is_still_named(user_dir):
+    """The gate's value used as a constant weight on log p: on-policy factor f(1) = 2/tau and shape f(r) tell one
+    story, so both lines name it (catches the agreement rule withholding causes the card confirms)."""
+    card = _card("value_as_weight", dtype="float64")
+    assert "2/tau = f(1), the surrogate's value, not its slope" in card.row(ON_POLICY).summary, card.to_text()
+    assert "g(r) is f(r)" in card.row("gradient shape r*w_tau(r)").summary, card.to_text()
 
 
 def test_tau_by_the_sign_of_a_times_r_minus_1_is_named_for_both_signs(user_dir):
