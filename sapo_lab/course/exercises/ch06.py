@@ -95,6 +95,8 @@ PEAK = (
 EXERCISES = [
     Exercise(id="06.coefficient", function="coefficient", reference=update_coefficient, cases=_coefficient_cases,
              mistakes=COEFFICIENT),
+    # the statement asks for a relative error below 1e-5 (a bounded scalar minimiser's default accuracy); the
+    # nearest mistake is off by more than 1e-2
     Exercise(id="06.peak", function="coefficient_peak", reference=peak_of_update_coefficient, cases=_peak_cases,
-             mistakes=PEAK),
+             mistakes=PEAK, rtol=2e-5, atol=1e-9),
 ]
