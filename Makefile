@@ -1,4 +1,4 @@
-# Two commands for a fresh Linux machine with Python 3.11+: `make book` and `make test`.
+# Two commands for a fresh Linux machine with Python 3.10+: `make book` and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

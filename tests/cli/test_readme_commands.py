@@ -1,8 +1,10 @@
-"""Every ``python -m sapo_lab`` command the README shows runs as a reader would type it, and every preset trains.
+"""Every ``python -m sapo_lab`` command the README and the "Using sapo_lab" page show runs as a reader would type
+it, and every preset trains.
 
-The README's commands are read from its code blocks and inline code (optional ``[...]`` parts dropped; a
-span naming a placeholder such as ``RUN`` or ``MODULE:FUNCTION`` is a mention, not a command). Each runs in
-an empty folder through the command line, in README order (``eval`` reads the model ``train`` wrote), with
+The commands are read from each document's code blocks and inline code (optional ``[...]`` parts dropped, a
+line continued with a backslash joined; a span naming a placeholder such as ``RUN`` or ``MODULE:FUNCTION`` is a
+mention, not a command). Each document's commands run in an empty folder of their own through the command
+line, in the document's order (``eval`` reads the model ``train`` wrote), with
 the ``micro`` preset's sizes appended as overrides where a command takes a config: the same code path in
 seconds. Catches a documented command the CLI refuses, such as the ``task.options`` keys that made
 ``--config gpu-gpt2-small`` exit 2, and a README example that drifted from the flags.
@@ -20,6 +22,7 @@ from sapo_lab.runs.config import PRESETS
 from sapo_lab.runs.config_paths import flatten_config
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = (ROOT / "README.md", ROOT / "book" / "using_sapo_lab.md")
 PREFIX = "python -m sapo_lab "
 CONFIG_COMMANDS = {"train", "eval", "sample", "compare", "export-trl", "export-verl"}
 # The micro preset's sizes, typed as overrides onto whatever --config the README names.
@@ -48,6 +51,7 @@ def _is_mention(tokens: list[str]) -> bool:
 def readme_commands(text: str) -> list[str]:
     """The README's ``python -m sapo_lab`` commands, in order, comments and optional ``[...]`` parts removed."""
     found = []
+    text = re.sub(r"\s*\\\n\s*", " ", text)  # a command continued on the next line is one command
     for m in re.finditer(r"```[a-z]*\n(.*?)```|`(python -m sapo_lab [^`]+)`", text, re.S):
         lines = m[1].splitlines() if m[1] is not None else [m[2]]
         for line in lines:
@@ -75,23 +79,30 @@ def test_the_extraction_finds_the_documented_commands():
     # Catches an extraction that silently finds nothing (and so tests nothing), or keeps mentions and options.
     commands = readme_commands((ROOT / "README.md").read_text())
     names = [shlex.split(c)[3] for c in commands]
-    assert {"train", "eval", "sample", "compare", "study", "conformance", "export-trl"} <= set(names), names
+    assert {"train", "eval", "sample", "compare", "study", "conformance", "export-trl", "export-verl",
+            "replicate"} <= set(names), names
+    assert "--max_steps" in " ".join(commands)  # the quick start shows how to shorten a run
     assert not any("[" in c or "#" in c or " RUN" in c for c in commands)
     sample = "```bash\npython -m sapo_lab train --config x --loss_type sapo   # or grpo\n```\n" \
              "`python -m sapo_lab doctor RUN` and `python -m sapo_lab export-trl --config c --output-dir d [--model m]`"
     assert readme_commands(sample) == ["python -m sapo_lab train --config x --loss_type sapo",
                                        "python -m sapo_lab export-trl --config c --output-dir d"]
+    continued = "```bash\npython -m sapo_lab train --config x \\\n    --max_steps 2\n```\n"
+    assert readme_commands(continued) == ["python -m sapo_lab train --config x --max_steps 2"]
 
 
 @pytest.mark.slow
-def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+def test_every_documented_command_runs(document, tmp_path, monkeypatch, capsys):
     for name in ("experiments", "results", "assignment"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "my_module.py").write_text(PLAIN_LOSS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     failures = []
-    for command in readme_commands((ROOT / "README.md").read_text()):
+    commands = readme_commands(document.read_text())
+    assert commands, f"{document.name} shows no command"
+    for command in commands:
         status = main(runnable(command))
         captured = capsys.readouterr()
         if status != 0:

@@ -1,4 +1,5 @@
-"""README's package table matches the tree: every module is listed under its folder, nothing listed is missing.
+"""The package table of the "Using sapo_lab" page (book/using_sapo_lab.md) matches the tree: every module is listed
+under its folder, nothing listed is missing.
 
 Catches a module added, moved or renamed without the table that tells a newcomer where it lives, and a
 step-by-step path through a training step that names a function no longer there.
@@ -9,15 +10,16 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "sapo_lab"
+PAGE = ROOT / "book" / "using_sapo_lab.md"
 
 
 def table_rows(readme: str) -> dict[str, set[str]]:
-    """``{folder: {module, ...}}`` from the rows of the README's package table (``(top)`` is the top level)."""
+    """``{folder: {module, ...}}`` from the rows of the page's package table (``(top)`` is the top level)."""
     rows = {}
     for line in readme.splitlines():
-        m = re.match(r"\| (`([a-z_]+)/`|\(top\)) \| (.*?) \|", line)
+        m = re.match(r"\| (`([a-z_]+(?:/[a-z_]+)*)/`|\(top\)) \| (.*?) \|", line)
         if m:
-            rows[m.group(2) or ""] = set(re.findall(r"`([a-z_]+)`", m.group(3)))
+            rows[m.group(2) or ""] = set(re.findall(r"`([a-z0-9_]+)`", m.group(3)))
     return rows
 
 
@@ -31,16 +33,16 @@ def tree() -> dict[str, set[str]]:
 
 
 def test_the_package_table_lists_every_module_under_its_folder():
-    assert table_rows((ROOT / "README.md").read_text()) == tree()
+    assert table_rows(PAGE.read_text()) == tree()
 
 
 def test_a_module_missing_from_the_table_is_noticed():
-    readme = (ROOT / "README.md").read_text().replace("`seeds`, ", "", 1)
+    readme = PAGE.read_text().replace("`seeds`, ", "", 1)
     assert table_rows(readme) != tree()
 
 
 def test_the_walk_through_a_training_step_names_functions_that_exist():
-    readme = (ROOT / "README.md").read_text()
+    readme = PAGE.read_text()
     walk = readme[readme.index("One training step, file by file"):].split("\n\n", 1)[0]
     pairs = re.findall(r"`([a-z_/]+\.py)` \(([^)]*)\)", walk)
     assert len(pairs) >= 4
