@@ -24,10 +24,12 @@ BOOK_ENV = "SAPO_LAB_BOOK"
 MODEBAR_PX = 34
 TITLE_PX = 26
 LEGEND_ROW_PX = 24
-# A horizontal legend wraps at the plot area's width: about 250 px on a 390 px phone. An entry takes its
-# symbol's width and about 7.5 px a character (plotly's 12 px font).
-PHONE_LEGEND_WIDTH_PX = 250
-LEGEND_SYMBOL_PX, LEGEND_CHAR_PX = 40, 7.5
+# A horizontal legend wraps at the plot area's width: about 288 px in the book's column on a 390 px phone.
+# An entry takes its symbol's width and about 6.5 px a character (plotly's 12 px font). Should the legend
+# need more rows than reserved, plotly moves the plot area down (it never draws over it), so the estimate
+# errs short rather than leave an empty band on a laptop.
+PHONE_LEGEND_WIDTH_PX = 290
+LEGEND_SYMBOL_PX, LEGEND_CHAR_PX = 40, 6.5
 AXIS_PX = 52            # tick labels and an x-axis title under a panel
 SLIDER_PX = 92          # a slider's current value, rail and step labels
 MARGIN_LEFT, MARGIN_RIGHT = 58, 12

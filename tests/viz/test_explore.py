@@ -155,10 +155,10 @@ def test_title_clears_the_modebar_and_sliders_span_the_plot(name):
 @pytest.mark.parametrize(
     "entries, rows",
     [
-        ([("x" * 10, None), ("y" * 10, None)], 1),                 # 115 + 115 px fit in 250
-        ([("x" * 12, None), ("y" * 12, None)], 2),                 # 130 + 130 px do not
+        ([("x" * 10, None), ("y" * 10, None)], 1),                 # 105 + 105 px fit in 290
+        ([("x" * 10, None), ("y" * 10, None), ("z" * 10, None)], 2),   # 315 px do not
         ([("a" * 10, "g"), ("b" * 10, "g"), ("c" * 10, "h"), ("d" * 10, "h")], 2),   # two groups side by side
-        ([("τ<sub>pos</sub>" + "x" * 6, None), ("y" * 10, None)], 1),            # tags take no room
+        ([("τ<sub>pos</sub>" + "x" * 6, None), ("y" * 20, None)], 1),   # 105 + 170 px; the tags take no room
     ],
     ids=["fit", "wrap", "groups", "tags"],
 )
