@@ -132,6 +132,9 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
     if clamp:  # the shape's cause, now that the extreme ratios located the clamp's thresholds
         rows[GATE_SHAPE].summary = f"gradient shape: {clamp}"
     rows[ZERO_ADVANTAGE] = zero_advantage_row(ctx)
+    zero_tau = rows[TEMPERATURE_ZERO]
+    if zero_tau.verdict == "differs" and "advantage_shift" not in rows[ZERO_ADVANTAGE].values:
+        zero_tau.summary = f"{TEMPERATURE_ZERO}: {zero_tau.measured}"  # the shift is not confirmed by the A = 0 group
     rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
     lead = leading_finding(rows)
     if lead:

@@ -101,18 +101,25 @@ def on_policy_rows(ctx: Context) -> tuple[Row, Row]:
         elif near(ctx.k_pos, ctx.k_neg):
             cause = "one constant scale for both signs (a normaliser, or a learning-rate change)"
         # a constant factor scales the value with the gradient: the value-vs-gradient check must agree
-        ctx.constant_factor_summary = (f"on-policy gradient factor {ctx.k_pos:.4g} / {ctx.k_neg:.4g} instead of 1 "
+        ctx.constant_factor_summary = (f"on-policy gradient factor {_factor_text(ctx)} instead of 1 "
                                        "(the value's derivative differs from the applied gradient too, which no "
                                        "constant factor does)") if cause else ""
         notes.append(f"ratio of the factors A<0 / A>0: {fmt(ctx.k_neg / ctx.k_pos) if ctx.k_pos else 'undefined'}")
         if cause:
             notes.insert(0, cause)
-    summary = "" if ok else (f"on-policy gradient factor {ctx.k_pos:.4g} / {ctx.k_neg:.4g} instead of 1"
+    summary = "" if ok else (f"on-policy gradient factor {_factor_text(ctx)} instead of 1"
                              + (f": {cause}" if cause else f" ({against})" if against else ""))
     on_policy = Row(ON_POLICY, expected, measured, verdict(ok), "; ".join([*notes, _weights_note(ctx)]),
                     {"factor_pos": ctx.k_pos, "factor_neg": ctx.k_neg, "factors": factors, "advantages": adv.tolist()},
                     summary)
     return on_policy, _value_row(ctx, m.value, batch, alpha, torch.tensor(factors, dtype=torch.float64))
+
+
+def _factor_text(ctx: Context) -> str:
+    """The two factors with as many digits as it takes to see them differ from 1 (a 1e-6 shift reads 1.000001)."""
+    digits = max([4] + [math.ceil(-math.log10(abs(k - 1.0))) + 1 for k in (ctx.k_pos, ctx.k_neg)
+                        if math.isfinite(k) and 0 < abs(k - 1.0) < 1e-3])
+    return f"{ctx.k_pos:.{digits}g} / {ctx.k_neg:.{digits}g}"
 
 
 def _factor_disagreement(ctx: Context, near) -> str:

@@ -67,6 +67,11 @@ def chatty(logp, old_logp, advantages, mask):
     return paper(logp, old_logp, advantages, mask)
 
 
+def prints_only(logp, old_logp, advantages, mask):
+    print("chatter")
+    return paper(logp, old_logp, advantages, mask)
+
+
 def float32_fast_path(logp, old_logp, advantages, mask):
     if logp.dtype != torch.float32:
         return paper(logp, old_logp, advantages, mask)
@@ -208,6 +213,18 @@ def test_a_printing_loss_keeps_the_verdict_first_and_json_valid(user_dir, capsys
     code, out, _ = _run(["tester_losses:chatty", "--json"], capsys)
     card = json.loads(out)
     assert code == 0 and card["passed"] and "printed" in card["meta"]["loss_output"]
+
+
+def test_without_fork_the_loss_output_is_counted_too(user_dir, capsys, monkeypatch):
+    """Where the system cannot fork, the audit runs in this process: catches the loss's prints reaching the card
+    there (Python-level output is counted the same way)."""
+    import os
+
+    monkeypatch.delattr(os, "fork")
+    code, out, err = _run(["tester_losses:prints_only", "--dtype", "float64"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("CONFORMS") and "chatter" not in out + err, out
+    assert lines[1].startswith("  note: the loss (with its module) printed "), out
 
 
 # ---- rounding is not a difference ----
