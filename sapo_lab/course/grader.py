@@ -95,6 +95,7 @@ MEMORY_LIMIT_BYTES = 4 * 2**30
 EVENTS_CAP = 64 * 2**20
 WORK_PREFIXES = ("sapo-grade-", "sapo-train-", "sapo-student-")
 MAX_SEED = 2**63 - 1  # the largest seed torch's generator takes
+SUBMISSION_CAP = 16 * 2**20  # bytes of the module's file, copied into each sandbox
 FRESH_TAUS = (1.05, 2.0, 0.5)  # tau_neg (and the gate's tau) of each fresh case; never 1.0 = tau_pos
 
 
@@ -406,7 +407,8 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
         for i, request in enumerate(requests):
-            outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit, budget, isolated))
+            imported = any(run.first("imported") for process_runs, _ in outcomes for run in process_runs)
+            outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit, budget, isolated, imported))
             if any(run.first("refused") or run.first("imported") is None for run in outcomes[-1][0]):
                 break
     runs = [run for process_runs, _ in outcomes for run in process_runs]
@@ -456,18 +458,22 @@ def _collect(run: ChildRun, todo: list, results: dict, forged: dict) -> str | No
     return current
 
 
-def _run_calls(request: dict, workdir: Path, time_limit: float, budget: Budget, isolated: bool = False
-               ) -> tuple[list, dict]:
+def _run_calls(request: dict, workdir: Path, time_limit: float, budget: Budget, isolated: bool = False,
+               imported_before: bool = False) -> tuple[list, dict]:
     """Run ``request``'s calls; when a call hangs or ends the process, record that for the call, skip the rest
     of its part (already failed) and go on with the other parts' calls in a fresh process, so one such call costs
     only its own part and each part at most one time limit. When ``budget`` runs out, the calls not yet answered
-    are not graded. Returns every process's ChildRun and key -> result."""
+    are not graded (also when it runs out while a module that imported before imports again). Returns every
+    process's ChildRun and key -> result."""
     runs, results, forged, todo = [], {}, {}, list(request["calls"])
     while todo:
         if budget.left() <= 0:
             results.update({c["key"]: {"error": budget.ran_out()} for c in todo})
             break
         run = run_child({**request, "calls": todo}, workdir / f"run{len(runs)}", time_limit, budget, isolated)
+        if run.timed_out == "budget" and run.first("imported") is None and (runs or imported_before):
+            results.update({c["key"]: {"error": budget.ran_out()} for c in todo})
+            break
         runs.append(run)
         if run.first("imported") is None or run.first("refused") is not None:
             break
@@ -659,6 +665,11 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
         raise NotGradable(f"{path}: no such file")
     if p.suffix != ".py":
         raise NotGradable(f"{path} is not a .py module: hand in a Python file whose name ends in .py")
+    if p.is_symlink():  # a link handed in would bring the file it leads to, the repository's own modules included
+        raise NotGradable(f"{path} is a symbolic link: hand in the module's file itself")
+    if p.stat().st_size > SUBMISSION_CAP:
+        raise NotGradable(f"{path} holds {p.stat().st_size // 2**20} MiB: a module's source is far smaller "
+                          f"(at most {SUBMISSION_CAP // 2**20} MiB)")
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
     if not 0 <= seed <= MAX_SEED:
         raise NotGradable(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")

@@ -2,12 +2,12 @@
 
 The student's process sees a file system of its own: the Python installation and the site-packages folders that
 hold torch and numpy (and what they require), read-only; its submission alone in ``/submission``, read-only; the
-grader's harness (``sandbox.py``, which imports nothing of sapo_lab) in ``/grader``; an empty ``/tmp`` and home of
-a few MiB that vanish with it. The repository, the frozen outputs, the grader's work folders and every other
-process are out of its sight: it has namespaces of its own for mounts, processes, network (none), IPC, host name
-and users, no capabilities, and it dies when the grading process dies. The harness then forbids new processes
-with a seccomp filter and caps the address space before the student's module is imported (``sandbox.py``); the
-Python audit hook stays as a second layer that names what a module tried.
+grader's harness (``sandbox.py``, which imports nothing of sapo_lab) in ``/grader``; an empty ``/tmp``, ``/dev/shm``
+and home of a few MiB that vanish with it, the only places it can write. The repository, the frozen outputs, the
+grader's work folders and every other process are out of its sight: it has namespaces of its own for mounts,
+processes, network (none), IPC, host name and users, no capabilities, and it dies when the grading process dies.
+The harness then forbids new processes with a seccomp filter and caps the address space before the student's
+module is imported (``sandbox.py``); the Python audit hook stays as a second layer that names what a module tried.
 
 Where ``bwrap`` is missing, or cannot start a sandbox here, :func:`sandbox_status` says why, and the grader runs
 the student's process as before, guarded by the audit hook alone, with :data:`NOT_ISOLATED` on the report.
@@ -146,10 +146,13 @@ def command(submission_dir: str, harness_args: list[str], allow_sapo_lab: bool =
     options = _bwrap_options()
     tmpfs_size = ["--size", str(TMPFS_BYTES)] if "--size" in options else []
     no_userns = ["--disable-userns"] if "--disable-userns" in options else []
+    writable = [arg for place in ("/dev/shm", "/tmp", HOME) for arg in (*tmpfs_size, "--tmpfs", place)]
     return [shutil.which("bwrap"), "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", *no_userns,
             "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL", "--hostname", "sandbox",
-            *mounts(submission_dir, allow_sapo_lab),
-            "--proc", "/proc", "--dev", "/dev", *tmpfs_size, "--tmpfs", "/tmp", *tmpfs_size, "--tmpfs", HOME,
+            *mounts(submission_dir, allow_sapo_lab), "--proc", "/proc", "--dev", "/dev", *writable,
+            # the sandbox's own root and /dev are memory without a size: read-only, so that the tmpfs above, a few
+            # MiB each, are the only places a process can write
+            "--remount-ro", "/dev", "--remount-ro", "/",
             "--chdir", SUBMISSION_DIR, "--clearenv", "--setenv", "HOME", HOME, "--setenv", "TMPDIR", "/tmp",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "OMP_NUM_THREADS", "1",
             "--setenv", "MKL_NUM_THREADS", "1", "--",

@@ -264,6 +264,12 @@ GUARD_OFF = '''
         reached.append("write")
     except OSError:
         pass
+    for place in ("/", "/dev", "/submission", "/grader"):  # the sandbox's own root is memory without a size
+        try:
+            open(os.path.join(place, "left.txt"), "w").close()
+            reached.append("writes-" + place)
+        except OSError:
+            pass
     raise RuntimeError("reached: " + " ".join(reached) + ".")
     '''
 
@@ -272,7 +278,8 @@ GUARD_OFF = '''
 def test_a_module_that_switches_the_guard_off_reaches_nothing_in_the_sandbox(tmp_path):
     # catches: the student's module run where the checkout is visible (the issue: the hook switched off, the
     # repository's correct module executed, 85/85), where sapo_lab imports, the grader's work folders or other
-    # processes are reachable, new processes start, the network answers, or a file of the checkout is writable
+    # processes are reachable, new processes start, the network answers, a file of the checkout is writable, or
+    # the sandbox's root or /dev take files without a size limit (memory the grading machine loses)
     paths = [("solutions", str(ROOT / "tests" / "course" / "assignment_modules" / "from_handout.py")),
              ("expected", str(grader.EXPECTED)), ("package", str(grader.PACKAGE_DIR / "course" / "grader.py"))]
     body = GUARD_OFF.format(paths=paths, work=f"{tempfile.gettempdir()}/sapo-grade-*", grader_pid=os.getpid(),
@@ -460,3 +467,22 @@ def test_the_students_processes_die_when_the_grader_is_killed(tmp_path, isolated
     finally:
         if grading.poll() is None:
             grading.kill()
+
+
+def test_a_submission_that_is_a_link_to_the_repositorys_module_is_refused(tmp_path):
+    # catches: the attacker's shortest way to full marks with the repository on the machine: hand in a symbolic
+    # link to tests/course/assignment_modules/from_handout.py (a git repository stores links), whose text the
+    # grader would copy into the sandbox as the submission
+    link = tmp_path / "sapo_assignment.py"
+    link.symlink_to(HANDOUT)
+    with pytest.raises(grader.NotGradable, match="is a symbolic link: hand in the module's file itself"):
+        grader.grade(str(link), seed=SEED, parts=["group_advantages"])
+
+
+def test_a_submission_too_large_to_be_source_is_refused(tmp_path):
+    # catches: a file of gigabytes copied into every sandbox's folder (the disk of the grading machine filled)
+    big = tmp_path / "big.py"
+    with open(big, "wb") as f:
+        f.truncate(grader.SUBMISSION_CAP + 1)
+    with pytest.raises(grader.NotGradable, match=r"holds 16 MiB: a module's source is far smaller"):
+        grader.grade(str(big), seed=SEED, parts=["group_advantages"])
