@@ -667,6 +667,8 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
         raise NotGradable(f"{path} is not a .py module: hand in a Python file whose name ends in .py")
     if p.is_symlink():  # a link handed in would bring the file it leads to, the repository's own modules included
         raise NotGradable(f"{path} is a symbolic link: hand in the module's file itself")
+    if p.resolve().is_relative_to(ROOT) and not Path(os.path.abspath(p)).is_relative_to(ROOT):
+        raise NotGradable(f"{path} leads into the grader's checkout through a linked folder: hand in your own file")
     if p.stat().st_size > SUBMISSION_CAP:
         raise NotGradable(f"{path} holds {p.stat().st_size // 2**20} MiB: a module's source is far smaller "
                           f"(at most {SUBMISSION_CAP // 2**20} MiB)")

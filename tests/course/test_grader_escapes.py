@@ -486,3 +486,11 @@ def test_a_submission_too_large_to_be_source_is_refused(tmp_path):
         f.truncate(grader.SUBMISSION_CAP + 1)
     with pytest.raises(grader.NotGradable, match=r"holds 16 MiB: a module's source is far smaller"):
         grader.grade(str(big), seed=SEED, parts=["group_advantages"])
+
+
+def test_a_submission_reached_through_a_linked_folder_into_the_checkout_is_refused(tmp_path):
+    # catches: the link check made on the file's own name only: a student's folder that is a link to the
+    # repository's tests/course/assignment_modules hands in from_handout.py as a regular file
+    (tmp_path / "student").symlink_to(HANDOUT.parent, target_is_directory=True)
+    with pytest.raises(grader.NotGradable, match="leads into the grader's checkout through a linked folder"):
+        grader.grade(str(tmp_path / "student" / HANDOUT.name), seed=SEED, parts=["group_advantages"])
