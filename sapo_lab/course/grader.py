@@ -1,24 +1,29 @@
-"""Grade a student's SAPO assignment module, running the student's code in a separate, limited process.
+"""Grade a student's SAPO assignment module, running the student's code in a sandbox of its own.
 
-``python -m sapo_lab grade PATH_TO_MODULE [--train] [--seed N] [--time-limit S] [--allow-sapo-lab]`` prints the
-points of each part and, where a part fails, one line naming the mistake. The student's code runs only in child
-processes (``sandbox.py``): each has a time limit, its output is capped and never shown as the report, and it
-cannot import sapo_lab (unless ``--allow-sapo-lab``), read the package's files or the frozen outputs, or start
-processes. The inputs and the reference outputs stay in this process, which compares, reports and chooses the exit
+``python -m sapo_lab grade PATH_TO_MODULE [--train] [--seed N] [--time-limit S] [--budget S] [--allow-sapo-lab]``
+prints the points of each part and, where a part fails, one line naming the mistake. The student's code runs only
+in child processes (``sandbox.py``), each in a bubblewrap sandbox (``isolation.py``) that holds a copy of the module
+alone, with Python, torch and numpy: no checkout, no frozen outputs, no sapo_lab, no network, no new processes.
+Each call has a time limit (``--time-limit``) and all calls together a budget (``--budget``); every message the
+child sends is checked against a schema (``student_messages.py``); the children die with this process. Where no
+sandbox can start, the audit hook inside ``sandbox.py`` guards alone and the report says the run is not for
+credit. The inputs and the reference outputs stay in this process, which compares, reports and chooses the exit
 status: 0 when every part graded passes, 1 otherwise, 2 (one line) when the module cannot be graded.
 
-Each part is graded on the frozen cases of ``assignment/expected.json`` (which also hold the outputs of listed
-mistakes, so a failing part can be named) and on fresh cases drawn from ``--seed`` at grading time, whose
-reference outputs sapo_lab computes here. While part X is graded, the other parts' functions in the student's
-module are replaced by plain-torch answers (``substitutes.py``), so one bug costs one part.
+Each part is graded on the frozen cases of ``assignment/expected.json`` and on fresh cases drawn from ``--seed`` at
+grading time, whose reference outputs sapo_lab computes here. A failing part is named by the known mistake
+(``mistakes.py``, the catalogue the book's exercise checks share) whose outputs, computed here from the same
+inputs, the student's function reproduces, else by what differs. While part X is graded, the other parts'
+functions in the student's module are replaced by plain-torch answers (``substitutes.py``), so one bug costs one
+part.
 
 The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's trainer with the student's
 ``sapo_loss`` in place of the library's, for ``TRAIN_STEPS`` steps in a process of its own (``train_child.py``),
 and requires a held-out Pass@1 gain of at least ``TRAIN_MIN_GAIN``. The student's module is not imported there
-either: it runs in a guarded student process of its own, which answers each ``sapo_loss`` call of the trainer with
-the loss and its gradient, so a module that trains by calling the library (at import or inside ``sapo_loss``) is
-refused as in the other parts, and nothing it does can touch the training process's numbers or this process's
-verdict.
+either: it runs in a sandboxed student process of its own, which answers each ``sapo_loss`` call of the trainer
+with the loss and its gradient, so a module that trains by calling the library (at import or inside
+``sapo_loss``) is refused as in the other parts, and nothing it does can touch the training process's numbers or
+this process's verdict.
 """
 
 from __future__ import annotations
@@ -163,7 +168,7 @@ class Report:
 
 
 def expected_outputs(path: Path = EXPECTED) -> dict:
-    """The frozen inputs, expected outputs and known mistakes' outputs of every part (assignment/expected.json)."""
+    """The frozen inputs and expected outputs of every part (assignment/expected.json)."""
     return json.loads(path.read_text())["parts"]
 
 

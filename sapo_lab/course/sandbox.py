@@ -1,12 +1,16 @@
-"""The process that runs a student's code for the grader: ``python -I sandbox.py REQUEST RESULT``.
+"""The process that runs a student's code for the grader: ``python sandbox.py EVENTS_FD``, the request (JSON) on stdin.
 
 It is started as a script, never imported as part of the package inside that process, so sapo_lab is not loaded
-there. It imports torch, then installs an audit hook (which no later code can remove) that refuses importing
-sapo_lab in any form, opening any file of the sapo_lab package or the frozen outputs, and starting processes; then
-it imports the student's module, and calls the requested parts on the inputs of REQUEST (JSON), writing one JSON
-line per event to RESULT. It never sees the reference outputs and decides nothing: the grading process compares.
-For the training part (REQUEST's ``serve``: two inherited pipe descriptors) it instead answers the trainer's
-``sapo_loss`` calls one by one (:func:`serve`): the trainer and sapo_lab stay in ``train_child.py``'s process.
+there; in a bubblewrap sandbox (``isolation.py``) it is the only file of the grader there, run with no site module
+(REQUEST's ``site_dirs`` say where torch and numpy are). It imports torch, caps the address space (the hard limit
+too), installs a seccomp filter that refuses new processes (:func:`_forbid_new_processes`), then an audit hook
+that names in one line what a module tried: importing sapo_lab in any form, opening any file of the sapo_lab
+package or the frozen outputs, writing files, starting processes, ... (where no sandbox could start, the hook is
+the only guard). Then it imports the student's module and calls the requested parts on REQUEST's inputs, writing
+one JSON line per event to the inherited pipe EVENTS_FD. It never sees the reference outputs and decides nothing:
+the grading process checks every line it sends and compares. For the training part (REQUEST's ``serve``: two
+inherited pipe descriptors) it instead answers the trainer's ``sapo_loss`` calls one by one (:func:`serve`): the
+trainer and sapo_lab stay in ``train_child.py``'s process. ``sandbox.py --probe`` checks a sandbox from inside.
 
 :func:`observe` (what is recorded of one call) is also used by the grading process and by
 ``assignment/make_expected.py``.
