@@ -4,6 +4,8 @@ the non-slow tests against it: a mutation no test fails on is a gap in the wirin
     python tools/try_mutations.py                       # every mutation, against the tests that caught it
     python tools/try_mutations.py --suite               # every mutation, against the whole non-slow suite
     python tools/try_mutations.py --only "KL term" ...  # the mutations whose name contains a text
+    python tools/try_mutations.py --only "doctor:" --tests tests/runs/test_doctor_boundaries.py
+                                                        # ... against these test files instead of their own
 
 The copy is the working tree's files (uncommitted edits and new files git does not ignore included) in a
 temporary folder, so the checkout itself is never modified. Exit status 1 when some mutation survived. On two
@@ -104,7 +106,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", action="store_true", help="run the whole non-slow training suite for each mutation")
     ap.add_argument("--only", nargs="+", default=[], help="only mutations whose name contains one of these")
+    ap.add_argument("--tests", nargs="+", default=[], metavar="PATH",
+                    help="run these test files (or node ids) against each mutation instead of the one it names")
     args = ap.parse_args(argv)
+    if args.suite and args.tests:
+        print("error: --suite and --tests choose the tests two ways; give one", file=sys.stderr)
+        return 2
     chosen = [m for m in MUTATIONS if not args.only or any(text in m.name for text in args.only)]
     if not chosen:
         print("error: no mutation matches --only", file=sys.stderr)
@@ -113,11 +120,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="sapo-mutations-") as tree:
         copy_tree(tree)
         python = make_interpreter(tree)
-        passed, failing = run_tests(tree, python, sorted({m.caught_by.split("::")[0] for m in chosen}))
+        passed, failing = run_tests(tree, python, args.tests or sorted({m.caught_by.split("::")[0] for m in chosen}))
         if not passed:
             print(f"error: the unmutated tests fail ({failing}); fix them first", file=sys.stderr)
             return 2
-        targets = suite_files(tree) if args.suite else None
+        targets = suite_files(tree) if args.suite else args.tests or None
         for i, m in enumerate(chosen, 1):
             path = os.path.join(tree, m.path)
             with open(path) as f:
@@ -129,7 +136,8 @@ def main(argv=None) -> int:
                 f.write(source.replace(m.old, m.new))
             t0 = time.perf_counter()
             try:
-                passed, failing = run_tests(tree, python, targets or [m.caught_by.split("::")[0]], workers=2 if targets else 0)
+                passed, failing = run_tests(tree, python, targets or [m.caught_by.split("::")[0]],
+                                            workers=2 if args.suite else 0)
             finally:
                 with open(path, "w") as f:
                     f.write(source)
