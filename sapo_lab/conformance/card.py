@@ -174,8 +174,8 @@ class ReportCard:
         fields = {k: d[k] for k in ("name", "tau_pos", "tau_neg", "dtype", "level")}
         rows = [Row(**r) for r in d.get("rows", [])]
         return cls(**fields, rows=rows, versions=dict(d.get("versions", {})), meta=dict(d.get("meta", {})),
-                   finding_level=d.get("finding_level", "function"), lead=d.get("lead", ""),
-                   precisions=dict(d.get("precisions", {})))
+                   lead=d.get("lead", ""), precisions=dict(d.get("precisions", {})),
+                   finding_level=d.get("finding_level", "function"))
 
     def to_text(self, details: bool = False, notes: tuple = ()) -> str:
         """The card for a terminal: the verdict, the precision it was measured at when the loss's own is narrower,
