@@ -13,7 +13,7 @@ import json
 MAX_LINE = 4 * 2**20  # bytes of one message
 MAX_TEXT = 300  # characters of one message's text kept
 MAX_NUMBERS = 100_000  # numbers in one call's outputs
-MAX_DEPTH = 3  # nesting of the lists in an output (a (B, T) gradient is 2)
+MAX_DEPTH = 8  # nesting of the lists in an output (a (B, T) gradient is 2; a wrong shape may be deeper)
 # part -> the outputs the harness records for one call (sandbox.observe_with_meta)
 LOSS_OUTPUTS = ("value", "grad_logp", "grad_behavior_logp")
 OUTPUT_KEYS = {
@@ -61,7 +61,7 @@ def _keys(record: dict, required: tuple, event: str) -> None:
 def _count_numbers(value, depth: int, budget: list) -> None:
     """Check a recorded output: a number, a type's name ("<int>"), or lists of them at most MAX_DEPTH deep."""
     if isinstance(value, (bool, int, float)):
-        if type(value) is int and abs(value) > 2**63:
+        if type(value) is int and abs(value) > 2**64:
             raise Malformed("an output holds an integer too large to be a tensor's")
         budget[0] -= 1
         if budget[0] < 0:

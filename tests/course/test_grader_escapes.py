@@ -349,8 +349,10 @@ def test_forged_or_malformed_messages_fail_their_own_part_in_one_line(tmp_path):
     (b'{"event": "start", "key": "elsewhere/0"}', "a call this process was not asked for"),
     (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0, "x": 2}, "meta": {}}',
      "whose outputs are not ['value']"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": [[[[1.0]]]]}, '
-     b'"meta": {"value": {"shape": [1], "dtype": "float64"}}}', "nests lists more than 3 deep"),
+    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": ' + b"[" * 9 + b"1.0" + b"]" * 9
+     + b'}, "meta": {"value": {"shape": [1], "dtype": "float64"}}}', "nests lists more than 8 deep"),
+    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": [' + b"1.0, " * 100_000
+     + b'1.0]}, "meta": {"value": {"shape": [1], "dtype": "float64"}}}', "more than 100000 numbers"),
     (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0}, "meta": {"value": [1]}}',
      "meta of value is a list"),
     (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0}, '
