@@ -79,7 +79,9 @@ def logit_ascent_by_autograd(logits, sampled, ratio, advantage, tau_pos, tau_neg
 
 def _ascent(logits, sampled, ratio, advantage, tau_pos, tau_neg, *, p_from="softmax", rule="advantage",
             coefficient=True, sign=1.0):
-    p = torch.softmax(logits, -1) if p_from == "softmax" else logits
+    probabilities = {"softmax": torch.softmax(logits, -1), "log_softmax": torch.log_softmax(logits, -1),
+                     "logits": logits}
+    p = probabilities[p_from]
     e_a = torch.nn.functional.one_hot(sampled, logits.shape[-1]).to(logits.dtype)
     tau = _temperature(advantage, ratio, tau_pos, tau_neg, rule=rule)
     scale = advantage * (update_coefficient(ratio, tau) if coefficient else 1.0)
@@ -111,6 +113,9 @@ LOGIT_ASCENT = (
     Mistake("p taken as the logits themselves instead of softmax(logits)",
             "p is the softmax of the logits: torch.softmax(logits, -1)",
             lambda **kw: _ascent(**kw, p_from="logits")),
+    Mistake("the log-probabilities log_softmax(logits) used in place of p",
+            "the score of log p_a on the logits is e_a - p with p = softmax(logits), the probabilities",
+            lambda **kw: _ascent(**kw, p_from="log_softmax")),
     Mistake("the temperature chosen by the ratio's side (r > 1) instead of the advantage's sign",
             "choose tau by the sign of A: tau_pos where A > 0, tau_neg otherwise",
             lambda **kw: _ascent(**kw, rule="ratio")),

@@ -62,7 +62,10 @@ def _sequence_grad(logp, behavior_logp, advantages, mask, tau_pos, tau_neg, *, p
     else:
         tau = torch.where(ratio > 1, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
     c = update_coefficient(ratio, tau) if factor == "coefficient" else gate_weight(ratio, tau)
-    share = 1.0 / lengths if per_length else torch.ones_like(lengths)
+    if per_length == "pooled":  # token_pool's weight: one over all the batch's tokens
+        share = torch.full_like(lengths, logp.shape[0] / mask.sum())
+    else:
+        share = 1.0 / lengths if per_length else torch.ones_like(lengths)
     grad = -a * c * share / logp.shape[0]
     return grad * mask if masked else grad.expand_as(logp).clone()
 
@@ -84,6 +87,10 @@ SEQUENCE_GRAD = (
     Mistake("the 1/T_i of the mean log ratio left out (d mu_i / d log p_t is 1/T_i, not 1)",
             "mu_i = (1/T_i) sum_t z_t, so each token gets -A_i c(s_i) / (B T_i)",
             lambda **kw: _sequence_grad(**kw, per_length=False)),
+    Mistake("all tokens of the batch pooled (divided by sum_j T_j) instead of a mean per response",
+            "the per-response average gives each response weight 1/B and each of its tokens 1/T_i: "
+            "-A_i c(s_i) / (B T_i)",
+            lambda **kw: _sequence_grad(**kw, per_length="pooled")),
     Mistake("each token's own ratio r_t used (the token-level gradient) instead of the sequence ratio s_i",
             "every token of response i sees the same s_i = exp(mu_i): use c(s_i), not c(r_t)",
             lambda **kw: _sequence_grad(**kw, level="token")),
