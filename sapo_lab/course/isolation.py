@@ -1,7 +1,7 @@
 """The operating system's boundary around a student's process: a bubblewrap (``bwrap``) sandbox.
 
-The student's process sees a file system of its own: the Python installation and the site-packages folders that
-hold torch and numpy (and what they require), read-only; its submission alone in ``/submission``, read-only; the
+The student's process sees a file system of its own: the Python installation and, of site-packages, the files of
+torch, numpy and what they require, read-only; its submission alone in ``/submission``, read-only; the
 grader's harness (``sandbox.py``, which imports nothing of sapo_lab) in ``/grader``; an empty ``/tmp``, ``/dev/shm``
 and home of a few MiB that vanish with it, the only places it can write. The repository, the frozen outputs, the
 grader's work folders and every other process are out of its sight: it has namespaces of its own for mounts,
@@ -57,11 +57,18 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _distribution_dirs(names=("torch", "numpy")) -> list[str]:
-    """The site-packages folders holding ``names`` and every distribution they require, in that order."""
-    seen, dirs, todo = set(), [], list(names)
+def _requirement_name(requirement: str) -> str:
+    for stop in ";[<>=!~ (":
+        requirement = requirement.split(stop)[0]
+    return requirement.strip().lower().replace("_", "-")
+
+
+@functools.cache
+def _distributions(names=("torch", "numpy")) -> tuple:
+    """``names`` and every distribution they require (not their extras), installed here."""
+    seen, found, todo = set(), [], list(names)
     while todo:
-        name = todo.pop(0).lower().replace("_", "-")
+        name = _requirement_name(todo.pop(0))
         if name in seen:
             continue
         seen.add(name)
@@ -69,26 +76,36 @@ def _distribution_dirs(names=("torch", "numpy")) -> list[str]:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-        where = os.path.realpath(str(dist.locate_file("")))
-        if where not in dirs:
-            dirs.append(where)
-        for requirement in dist.requires or ():
-            if "extra ==" in requirement:
-                continue
-            todo.append(requirement.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0]
-                        .split("!")[0].split("~")[0].strip())
-    for module in names:  # a package importable without metadata (a source tree on the path)
+        found.append(dist)
+        todo += [r for r in dist.requires or () if "extra ==" not in r]
+    return tuple(found)
+
+
+@functools.cache
+def site_entries() -> tuple:
+    """The files and folders, each at the top of a site-packages folder, that make up torch, numpy and what they
+    require (from each distribution's list of installed files): what the sandbox binds, and nothing else of
+    site-packages."""
+    entries = []
+    for dist in _distributions():
+        base = os.path.realpath(str(dist.locate_file("")))
+        tops = {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] != ".."}
+        for top in sorted(tops):
+            path = os.path.join(base, top)
+            if os.path.exists(path) and path not in entries and top != "__pycache__":
+                entries.append(path)
+    for module in ("torch", "numpy"):  # a package importable without its list of files (a source tree)
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.submodule_search_locations:
-            where = os.path.realpath(os.path.dirname(list(spec.submodule_search_locations)[0]))
-            if where not in dirs:
-                dirs.append(where)
-    return dirs
+            where = os.path.realpath(list(spec.submodule_search_locations)[0])
+            if not any(_under(where, e) for e in entries):
+                entries.append(where)
+    return tuple(entries)
 
 
 def site_dirs() -> list[str]:
-    """The site-packages folders the student's process may import from (torch, numpy and their requirements)."""
-    return _distribution_dirs()
+    """The site-packages folders the bound entries lie in: the student's process puts them on its path."""
+    return list(dict.fromkeys(os.path.dirname(e) for e in site_entries()))
 
 
 def python_executable() -> str:
@@ -115,7 +132,7 @@ def mounts(submission_dir: str, allow_sapo_lab: bool = False) -> list[str]:
     exe = python_executable()
     prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
     prefixes.add(os.path.dirname(os.path.dirname(exe)))
-    for p in sorted(prefixes) + site_dirs():
+    for p in [*sorted(prefixes), *site_entries()]:
         if not any(kind == "bind" and _under(p, b) for kind, b in binds):
             binds.append(("bind", p))
     for secret in _secrets():

@@ -211,7 +211,8 @@ def test_where_bubblewrap_is_installed_the_grader_isolates():
 
 def test_the_sandbox_binds_no_part_of_the_checkout_but_site_packages():
     # catches: the checkout (or a folder above it) bound into the sandbox, which shows the tests' correct
-    # modules and the frozen outputs; with --allow-sapo-lab the package alone, never the tests or assignment/
+    # modules and the frozen outputs, or a whole site-packages folder (every package installed there importable);
+    # with --allow-sapo-lab the package alone, never the tests or assignment/
     for allow in (False, True):
         args = isolation.mounts("/nonexistent-submission", allow_sapo_lab=allow)
         sources = [args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"]
@@ -219,8 +220,8 @@ def test_the_sandbox_binds_no_part_of_the_checkout_but_site_packages():
             inside = Path(source).resolve()
             assert not (ROOT == inside or ROOT.is_relative_to(inside)), source
             if inside.is_relative_to(ROOT):
-                allowed = {*isolation.site_dirs(), str(isolation.HARNESS)} | ({str(isolation.PACKAGE_DIR)} if allow
-                                                                               else set())
+                allowed = {*isolation.site_entries(), str(isolation.HARNESS)} | ({str(isolation.PACKAGE_DIR)} if allow
+                                                                                  else set())
                 assert source in allowed, source
 
 
@@ -237,11 +238,12 @@ GUARD_OFF = '''
         reached.append("other-files")
     if glob.glob({work!r}):
         reached.append("work-folders")
-    try:
-        import sapo_lab
-        reached.append("sapo_lab")
-    except ImportError:
-        pass
+    for name in ("sapo_lab", "transformers", "pytest"):  # of site-packages, only torch, numpy and their needs
+        try:
+            __import__(name)
+            reached.append(name)
+        except ImportError:
+            pass
     try:
         if os.fork() == 0:
             os._exit(0)
