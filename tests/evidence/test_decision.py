@@ -1,6 +1,7 @@
 """The decision table and its sentences: every declared answer said, each verdict from its interval, each claim
 within the cells it names (planted rows and cells change the sentence that would overreach)."""
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,11 @@ SEEDS = tuple(range(20, 30))
 
 
 def _cmp(gaps):
+    return _cmp_of(tuple(gaps))
+
+
+@functools.cache  # planted rows repeat a few gap lists; each comparison runs a 20,000-resample bootstrap
+def _cmp_of(gaps):
     return compare({s: (0.5 + g, 0.5) for s, g in zip(SEEDS, gaps, strict=True)}, "sapo", "grpo")
 
 
