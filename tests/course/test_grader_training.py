@@ -244,3 +244,33 @@ def test_grade_time_limit_bounds_each_sapo_loss_call_while_training(tmp_path, mo
     training = next(line for line in out.splitlines() if line.startswith("training"))
     assert status == 1 and "did not return within the time limit (3 s)" in training and " 0/15" in training, out
     assert took < grader.TIME_LIMIT_S, took  # the default limit's wait alone would exceed this
+
+
+@pytest.mark.slow
+def test_the_budget_bounds_all_sapo_loss_calls_while_training(tmp_path):
+    # catches: the training part's student calls bounded one by one only (a sapo_loss just under --time-limit on
+    # every one of the trainer's calls would hold the grader for hours): here each call may take 30 s, all of them
+    # 1 s, and the first takes 2 s
+    import torch
+
+    from sapo_lab.course.grader import StudentLoss, StudentLossError
+
+    module = write(tmp_path, f"""
+        import time
+        exec(open({str(HANDOUT)!r}).read())
+        _graded = sapo_loss
+
+        def sapo_loss(*args, **kwargs):
+            time.sleep(2)
+            return _graded(*args, **kwargs)
+        """)
+    workdir = tmp_path / "student"
+    workdir.mkdir()
+    student = StudentLoss(str(module), workdir, call_limit=30, budget=1)
+    try:
+        student.wait_imported()
+        x = torch.zeros(2, 3)
+        with pytest.raises(StudentLossError, match=r"ran past the time budget \(1 s for all of them, --budget\)"):
+            student(x, x, torch.ones(2), torch.ones(2, 3), tau_pos=1.0, tau_neg=1.05)
+    finally:
+        student.close()
