@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ BOOK_ENV = "SAPO_LAB_BOOK"
 # Vertical room, in px, of the parts of a figure drawn outside its plot area. The title sits below the
 # modebar's strip, so that at a phone's width (where the modebar spans most of the figure) it is never under
 # a button; the legend below it gets as many rows as it wraps to on a phone.
-MODEBAR_PX = 34
+MODEBAR_PX = 38
 TITLE_PX = 26
 LEGEND_ROW_PX = 24
 # A horizontal legend wraps at the plot area's width: about 288 px in the book's column on a 390 px phone.
@@ -121,8 +122,6 @@ def phone_legend_rows(entries: Sequence[tuple[str, str | None]]) -> int:
     Plotly lays a group's entries out one under another and places groups (an entry without a group is
     one on its own) side by side, starting a new line when the next would pass the wrap width.
     """
-    import re
-
     units: dict = {}
     for k, (name, group) in enumerate(entries):
         width = LEGEND_SYMBOL_PX + LEGEND_CHAR_PX * len(re.sub(r"<[^>]*>", "", name))
