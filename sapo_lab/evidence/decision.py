@@ -273,8 +273,9 @@ def answer_sentence(ev: Evidence) -> str:
         grpo = {c.grpo.method: c.grpo for c in ev.cells if c.grpo.method in ev.levels}
         if tie_levels and grpo:
             best = max(grpo.values(), key=lambda s: ev.levels[s.method])
-            if max(tie_levels) < ev.levels[best.method]:
-                text += (f", in both places below GRPO's best configuration ({ev.levels[best.method]:.3f} Pass@1 at lr "
+            if max(tie_levels) < ev.levels[best.method]:  # seed means, stated as such: no interval is claimed
+                text += (f", where both methods' seed-mean Pass@1 stayed at or below {max(tie_levels):.3f}, against "
+                         f"{ev.levels[best.method]:.3f} for the map's best GRPO configuration (lr "
                          f"{_rate(best.learning_rate)}, M = {best.staleness})")
     paper = [r for r in below if r.study == STUDY and r.tau_pos == 1.0 and r.rate_rule == "shared"]
     trailing = sorted({r.staleness[0] for r in paper})

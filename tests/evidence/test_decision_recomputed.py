@@ -269,3 +269,23 @@ def test_replicates_docstring_says_what_git_and_the_record_show():
     assert "before any replication ran, and" not in doc and "not declared before any replication ran" in doc
     assert f"({commit[:7]}, {datetime.fromisoformat(when):%H:%M:%S} UTC" in doc
     assert f"{minutes} minutes after" in doc and f"({started:%H:%M:%S} UTC" in doc
+
+
+def test_the_levels_where_the_two_tie_are_seed_means_recomputed_from_the_records(committed, gate_map):
+    # catches the tie stated without levels (a tie at a lower Pass@1 read as a tie at the best one), a level
+    # taken from another cell, and the best GRPO configuration read from SAPO's runs; the learning rates are read
+    # from each run's config.json
+    records, plan = gate_map
+    rates = {}
+    for path in (RESULTS / "gate_map" / "runs").glob("*_seed20/config.json"):
+        config = json.loads(path.read_text())
+        rates[path.parent.name.removesuffix("_seed20")] = (config["loss"]["loss_type"],
+                                                           config["optimization"]["learning_rate"])
+    mean = {m: statistics.mean(_final(records[m, s]) for s in plan["seeds"]) for m in rates}
+    smallest = min(lr for _, lr in rates.values())
+    (g4a,) = [t for t in plan["analysis"]["tests"] if t["id"] == "G4a"]
+    tied = [mean[m] for m, (_, lr) in rates.items() if lr == smallest] + [mean[g4a["method"]], mean[g4a["reference"]]]
+    best = max((m for m, (loss, _) in rates.items() if loss == "grpo"), key=mean.get)
+    ev, _, _ = committed
+    assert (f"seed-mean Pass@1 stayed at or below {max(tied):.3f}, against {mean[best]:.3f} for the map's best GRPO "
+            "configuration") in decision.answer_sentence(ev)
