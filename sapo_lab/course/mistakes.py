@@ -93,16 +93,23 @@ def _ratio(logp, behavior_logp, detach=True):
     return torch.exp(logp - (behavior_logp.detach() if detach else behavior_logp))
 
 
-def _aggregate(values, mask, aggregation="per_response", *, swap=False, masked=True):
+def _aggregate(values, mask, aggregation="per_response", *, swap=False, masked=True, padded_count=False):
     """The loss's mean: ``aggregation`` as asked, or the other one when ``swap``; padding averaged in unless
-    ``masked``."""
+    ``masked``; ``padded_count``: padding zeroed but counted in the denominator (a mean over T or B * T)."""
     pooled = (aggregation == "token_pool") != swap
+    if padded_count:
+        zeroed = values * mask
+        return zeroed.mean() if pooled else zeroed.mean(-1).mean()
     m = mask if masked else torch.ones_like(mask)
     return _token_pool(values, m) if pooled else _per_response(values, m)
 
 
+PADDED_COUNT = ("padding zeroed but counted in the mean's denominator (divided by T or B * T, not by the number "
+                "of real tokens)", "divide by the real token count: mask.sum(-1) per response, mask.sum() pooled")
+
+
 def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, aggregation="per_response", *, pick=torch.minimum,
-               clip="ratio", detach=True, swap=False, sign=-1.0, masked=True):
+               clip="ratio", detach=True, swap=False, sign=-1.0, masked=True, padded_count=False):
     r = _ratio(logp, behavior_logp, detach)
     a = advantages[:, None]
     if clip == "ratio":
@@ -112,7 +119,7 @@ def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, aggregation="per_
     else:
         clipped = r * a
     per_token = sign * pick(r * a, clipped)
-    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked)
+    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked, padded_count=padded_count)
 
 
 CLIPPED_SURROGATE_LOSS = (
@@ -135,6 +142,7 @@ CLIPPED_SURROGATE_LOSS = (
     Mistake("the mask left out: padding tokens enter the mean",
             "weight the per-token loss by the mask and divide by each response's own length",
             lambda **kw: _clip_loss(**kw, masked=False)),
+    Mistake(*PADDED_COUNT, lambda **kw: _clip_loss(**kw, padded_count=True)),
     Mistake("behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
             "detach behavior_logp (or compute the ratio from behavior_logp.detach())",
             lambda **kw: _clip_loss(**kw, detach=False)),
@@ -168,14 +176,14 @@ SAPO_GATE = (
 # ---- SAPO's loss ----------------------------------------------------------------------------------------------
 def _sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, aggregation="per_response", *,
                temperature="advantage", prefactor=True, sign=-1.0, detach=True, swap=False, masked=True,
-               centred=False):
+               centred=False, padded_count=False):
     r = _ratio(logp, behavior_logp, detach)
     a = advantages[:, None].expand_as(r)
     side = {"advantage": a > 0, "swapped": a <= 0, "ratio": r > 1, "single": torch.ones_like(a, dtype=torch.bool)}
     tau = torch.where(side[temperature], torch.full_like(a, tau_pos), torch.full_like(a, tau_neg))
     gate = torch.sigmoid(tau * (r - 1)) - (0.5 if centred else 0.0)  # centred: 0 on-policy, same gradient
     per_token = sign * a * (4 / tau * gate if prefactor else gate)
-    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked)
+    return _aggregate(per_token, mask, aggregation, swap=swap, masked=masked, padded_count=padded_count)
 
 
 SAPO_LOSS = (
@@ -201,6 +209,7 @@ SAPO_LOSS = (
     Mistake("the mask left out: padding tokens enter the mean",
             "weight the per-token loss by the mask and divide by each response's own length",
             lambda **kw: _sapo_loss(**kw, masked=False)),
+    Mistake(*PADDED_COUNT, lambda **kw: _sapo_loss(**kw, padded_count=True)),
     Mistake("behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
             "detach behavior_logp; only logp (the policy being trained) carries a gradient",
             lambda **kw: _sapo_loss(**kw, detach=False)),
@@ -259,6 +268,8 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
     index = list(torch.unravel_index(torch.tensor(where), shape)) if shape else []
     at = f"[{', '.join(str(int(i)) for i in index)}]" if index else ""
     largest = f"largest difference at {at or 'the value'}: got {_fmt(float(g[where]))}, expected {_fmt(float(e[where]))}"
+    if e.numel() == 1:  # one number: a factor or a shift always "fits", so it would explain nothing
+        return largest
     if bool(torch.isclose(g, -e, rtol=rtol, atol=atol).all()):
         return f"the sign is flipped everywhere ({largest})"
     nonzero = e.abs() > atol
@@ -268,11 +279,9 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
         if bool(torch.isclose(g, k * e, rtol=max(rtol, 1e-6), atol=atol).all()):
             return f"every element is {_fmt(k)} times the right one ({largest})"
     shift = float((g - e).median())
-    if e.numel() > 1 and bool(torch.isclose(g, e + shift, rtol=rtol, atol=atol).all()):
+    if bool(torch.isclose(g, e + shift, rtol=rtol, atol=atol).all()):
         return f"every element is shifted by {_fmt(shift)} ({largest})"
-    if e.numel() > 1:
-        return f"{int(bad.sum())} of {e.numel()} elements differ; {largest}"
-    return largest
+    return f"{int(bad.sum())} of {e.numel()} elements differ; {largest}"
 
 
 # ---- the graded assignment's further mistakes (topics as the grader's parts; the exercises' tuples unchanged) ----

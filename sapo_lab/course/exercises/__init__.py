@@ -38,10 +38,11 @@ def all_exercises() -> list[Exercise]:
     return [ex for name in names for ex in import_module(f"{__name__}.{name}").EXERCISES]
 
 
-def check(exercise_id: str, fn) -> bool:
-    """Judge the student's ``fn`` on exercise ``exercise_id``: True when right, False when still a stub; a wrong
-    answer raises :class:`CheckFailed` with one message (the input, got, expected, and the mistake named)."""
-    return run_check(exercise(exercise_id), fn)
+def check(exercise_id: str, fn) -> None:
+    """Judge the student's ``fn`` on exercise ``exercise_id``: one printed line when right or still a stub; a wrong
+    answer raises :class:`CheckFailed` with one message (the input, got, expected, and the mistake named). Returns
+    nothing, so a check cell shows only its message (:func:`check_quietly` gives the verdict as a bool)."""
+    run_check(exercise(exercise_id), fn)
 
 
 def check_quietly(exercise_id: str, fn) -> bool:

@@ -25,13 +25,18 @@ def token_ratio(logp, behavior_logp):
 
 def _ratio_cases() -> list[dict]:
     """Log ratios of order 0.1 (a fresh batch), exactly 0 (r = 1), and +-5 (r = e^5 or e^-5, where only a
-    relative tolerance is fair), with log-probabilities down to about -9."""
+    relative tolerance is fair), with log-probabilities down to about -9, and down to -800 (a probability that
+    underflows: only the log-space ratio survives)."""
     gen = torch.Generator().manual_seed(2041)
     behavior = torch.log(torch.rand(3, 4, generator=gen, dtype=torch.float64) * 0.9 + 0.05)
     near = behavior + 0.1 * torch.randn(3, 4, generator=gen, dtype=torch.float64)
     far_behavior = torch.tensor([[-0.5, -6.0, -2.0], [-9.0, -1.0, -3.0]], dtype=torch.float64)
     far = far_behavior + torch.tensor([[0.0, 5.0, -5.0], [5.0, -0.3, 0.0]], dtype=torch.float64)
-    return [dict(logp=near, behavior_logp=behavior), dict(logp=far, behavior_logp=far_behavior)]
+    # log-probabilities of a long response's rare tokens: exp(logp) underflows to 0 in float64, the ratio does not
+    tiny_behavior = torch.tensor([[-800.0, -760.0], [-745.5, -1.0]], dtype=torch.float64)
+    tiny = tiny_behavior + torch.tensor([[0.5, -0.2], [0.0, 0.1]], dtype=torch.float64)
+    return [dict(logp=near, behavior_logp=behavior), dict(logp=far, behavior_logp=far_behavior),
+            dict(logp=tiny, behavior_logp=tiny_behavior)]
 
 
 RATIO_MISTAKES = (
@@ -48,6 +53,10 @@ RATIO_MISTAKES = (
     Mistake("the log-probabilities divided (logp / behavior_logp) instead of the probabilities",
             "a ratio of probabilities is a difference of log-probabilities: exp(logp - behavior_logp)",
             lambda logp, behavior_logp: logp / behavior_logp.detach()),
+    Mistake("the probabilities divided, exp(logp) / exp(behavior_logp): both underflow to 0 for very unlikely "
+            "tokens and the ratio becomes 0/0",
+            "subtract in log space first, exp(logp - behavior_logp.detach()), which stays finite",
+            lambda logp, behavior_logp: torch.exp(logp) / torch.exp(behavior_logp.detach())),
 )
 
 

@@ -50,12 +50,30 @@ def _uncentred(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05,
     return _aggregate(-a * 4 / tau * torch.sigmoid(tau * (r - 1)), mask, aggregation)
 
 
+def _planted(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, aggregation="per_response", *,
+             kind):
+    """Chapter 10's two planted wrong losses built from the gate's derivative A r w(r): written as the loss
+    itself (``kind="product"``), or detached and multiplied by logp (``kind="detached"``)."""
+    r = _ratio(logp, behavior_logp)
+    a = advantages[:, None].expand_as(r)
+    weight = a * r * gate_weight(r, token_temperatures(a, tau_pos, tau_neg))
+    per_token = -weight if kind == "product" else -weight.detach() * logp
+    return _aggregate(per_token, mask, aggregation)
+
+
 # the catalogue's SAPO-loss mistakes, made on the centred surrogate this chapter asks for
 LOSS_MISTAKES = (*(Mistake(m.name, m.fix, lambda m=m, **kw: m.compute(**kw, centred=True)) for m in SAPO_LOSS),
                  Mistake(
     "the gate not centred: (4/tau) sigmoid(tau (r - 1)) without the - 1/2",
     "subtract 1/2 inside the bracket as this chapter does; the gradient is the same, but the centred loss is 0 "
-    "on-policy, which is what this exercise and sapo_lab report", _uncentred))
+    "on-policy, which is what this exercise and sapo_lab report", _uncentred),
+                 Mistake("the gate's derivative A r w(r) written as the loss, with no stop-gradient",
+                         "write the surrogate itself, -A (4/tau)[sigmoid(tau (r - 1)) - 1/2], and let autograd "
+                         "differentiate it", lambda **kw: _planted(**kw, kind="product")),
+                 Mistake("the weight A r w(r) detached and multiplied by logp: the right first derivative, "
+                         "but not SAPO's value and not its second derivative",
+                         "write the surrogate itself; a detached weight times logp is a different objective",
+                         lambda **kw: _planted(**kw, kind="detached")))
 
 
 def _gradient(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05, aggregation="per_response", *,
