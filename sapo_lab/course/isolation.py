@@ -181,11 +181,11 @@ def sandbox_status() -> SandboxStatus:
     trying the audit hook alone)."""
     if os.environ.get("SAPO_LAB_GRADE_NO_SANDBOX"):
         return SandboxStatus(False, "SAPO_LAB_GRADE_NO_SANDBOX is set")
-    return _probe()
+    return probe_sandbox()
 
 
 @functools.cache
-def _probe() -> SandboxStatus:
+def probe_sandbox() -> SandboxStatus:
     """Start one sandbox and ask the harness to check it from inside: the checkout out of sight, the site
     folders importable, new processes refused. Cached for the life of this process."""
     if not sys.platform.startswith("linux"):

@@ -205,7 +205,7 @@ def test_where_bubblewrap_is_installed_the_grader_isolates():
     # so falls back, on every machine that has bubblewrap, to the audit hook alone: CI installs bubblewrap
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed here")
-    status = isolation.sandbox_status()
+    status = isolation.probe_sandbox()  # whatever SAPO_LAB_GRADE_NO_SANDBOX says
     assert status.isolated, status.why
 
 
