@@ -80,8 +80,8 @@ def masked_mean_float32_weights(values, mask, aggregation="per_response"):
     return (torch.where(m > 0, values.float(), 0.0) * alpha).sum()
 
 
-def ratio_as_quotient(logp, behavior_logp):
-    return torch.exp(logp) / torch.exp(behavior_logp).detach()
+def ratio_by_expm1(logp, behavior_logp):
+    return 1 + torch.expm1(logp - behavior_logp.detach())
 
 
 def ratio_float32_no_grad(logp, behavior_logp):
@@ -136,7 +136,7 @@ RIGHT = {
     "02.softmax_score": (score_by_eye, score_float32_in_place),
     "03.advantages": (advantages_mean_of_squares, advantages_by_statistics),
     "03.masked_mean": (masked_mean_by_indexing, masked_mean_float32_weights),
-    "04.ratio": (ratio_as_quotient, ratio_float32_no_grad),
+    "04.ratio": (ratio_by_expm1, ratio_float32_no_grad),
     "04.clipped_surrogate": (clipped_by_sign, clipped_by_live_mask_float32),
     "05.f_tau": (gate_by_exp, gate_by_logsigmoid_float32),
     "05.w_tau": (weight_symmetric, weight_sech_float32),
@@ -219,3 +219,11 @@ def test_w_tau_cases_hold_r_equal_one_where_the_weight_is_one():
         if bool((case["ratio"] == 1.0).any()) and not torch.is_tensor(case["tau"]):
             taus.add(case["tau"])
     assert len(taus) >= 3
+
+
+def test_the_ratio_check_refuses_probabilities_divided_where_they_underflow(capsys):
+    """exp(logp) / exp(b) is the ratio on paper but 0/0 for a token of probability e^-800: the statement asks for
+    log space, and the check has such a token."""
+    ok, text = _verdict(exercise("04.ratio"), lambda logp, behavior_logp: torch.exp(logp) / torch.exp(
+        behavior_logp.detach()), capsys)
+    assert ok is None and "the probabilities divided" in text
