@@ -1116,4 +1116,9 @@ MUTATIONS = [
              'seconds > LONG_RUN_S',
              'seconds >= LONG_RUN_S',
              'tests/training/test_duration_words.py::test_a_run_is_long_only_above_ten_minutes'),
+    Mutation("verl: a '${' inside a quoted value left for OmegaConf to interpolate", 'sapo_lab/integrations/verl_export.py',
+             'return "\'" + text.replace("${", "\\\\${") + "\'"',
+             'return f"\'{text}\'"',
+             'tests/integrations/test_verl_export_values.py::test_values_with_shell_and_hydra_characters_reach_verl_verbatim',
+             new_test=True),
 ]

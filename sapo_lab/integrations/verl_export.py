@@ -49,7 +49,8 @@ def hydra_value(value) -> str:
         return text
     if "'" in text or "\\" in text:
         raise ValueError(f"cannot quote {text!r} for Hydra")
-    return f"'{text}'"
+    # inside quotes OmegaConf still reads ${...} as an interpolation; \${ is its escape for the text itself
+    return "'" + text.replace("${", "\\${") + "'"
 
 
 def _bash_element(override: str) -> str:

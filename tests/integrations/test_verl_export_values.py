@@ -81,12 +81,19 @@ def test_values_with_shell_and_hydra_characters_reach_verl_verbatim(job):
     # the model folder and the experiment name (the config file's name) as verl receives them, after bash.
     # Catches: a `$` left unescaped (bash would expand $HOME, or stop on an unset variable under `set -u`), a
     # script variable's name inside a value expanded as the script's own ($HERE, $NGPUS), a backtick or $(...)
-    # run, and a value left unquoted for Hydra (its `,` would make a sweep, its `[` a list)
+    # run, a value left unquoted for Hydra (its `,` would make a sweep, its `[` a list), and a `${` left bare inside
+    # Hydra's quotes (OmegaConf would read ${NNODES} as an interpolation and stop: `\${` is its escape for the text,
+    # checked with hydra-core 1.3 and OmegaConf 2.3)
     proc, argv = _run(job, NGPUS="4", NNODES="2")
     assert proc.returncode == 0, proc.stderr
     got = dict(item.split("=", 1) for item in argv)
-    assert got["actor_rollout_ref.model.path"] == f"'{job['model']}'"
-    assert got["trainer.experiment_name"] == f"'cfg {AWKWARD}-sapo-seed7'"
+
+    def hydra_quoted(text):
+        return "'" + text.replace("${", "\\${") + "'"
+
+    assert "${NNODES}" in AWKWARD and "\\${NNODES}" in hydra_quoted(AWKWARD)
+    assert got["actor_rollout_ref.model.path"] == hydra_quoted(job["model"])
+    assert got["trainer.experiment_name"] == hydra_quoted(f"cfg {AWKWARD}-sapo-seed7")
     assert (got["data.seed"], got["trainer.total_training_steps"], got["trainer.total_epochs"]) == ("7", "37", "4")
 
 
