@@ -79,14 +79,35 @@ def headline_sentence(results: dict | None = None) -> str:
     if not (q1.t_interval[1] < 0 and q2.t_interval[1] < 0 and q4.t_interval[1] < 0):
         raise ValueError("the headline states SAPO below GRPO; a confirmatory interval now reaches zero: rewrite it")
     n = len(q1.differences)
+    chosen = _chosen_words(results)
     return (
         "In two studies declared before they ran, SAPO finished below GRPO in held-out Pass@1 at the staleness "
         f"and the learning rate ({_shared_rate(results)}, shared) each declared (a 1M-parameter GPT-2, {n} paired "
         f"seeds, 95% t intervals): by {interval_text(q1)} on two-digit addition at M = {_staleness(results, 'Q1')} "
-        f"and {interval_text(q2)} on scratchpad addition at M = {_staleness(results, 'Q2')}, and tuning each "
-        f"method's own stability setting with an equal budget left the gap on {TASK_WORDS[results['Q4']['study']]} "
-        f"at M = {_staleness(results, 'Q4')} at {interval_text(q4)}."
+        f"({_steps(results, 'Q1')} rollout steps) and {interval_text(q2)} on scratchpad addition at M = "
+        f"{_staleness(results, 'Q2')} ({_steps(results, 'Q2')} rollout steps), and tuning each method's own "
+        f"stability setting on dev with an equal budget{f' ({chosen})' if chosen else ''} left the gap on "
+        f"{TASK_WORDS[results['Q4']['study']]} at M = {_staleness(results, 'Q4')} at {interval_text(q4)}."
     )
+
+
+def _chosen_words(results: dict) -> str:
+    """``chosen: SAPO τ×2, GRPO ε 0.1``: the settings dev picked for Q4, read from the picked runs' configs
+    (SAPO's temperature as a multiple of the untuned SAPO's, the one Q1 compares); empty when no pick is known."""
+    chosen = results["Q4"].get("chosen")
+    if not chosen or "sapo" not in chosen or "grpo" not in chosen:
+        return ""
+    study = load_study(results["Q4"]["study"])
+    sapo, grpo = (run_config(study.select(chosen[side])[0])["loss"] for side in ("sapo", "grpo"))
+    untuned = run_config(study.select(results["Q1"]["comparison"].method)[0])["loss"]
+    ratio = sapo["sapo_temperature_pos"] / untuned["sapo_temperature_pos"]
+    return f"chosen: SAPO τ×{ratio:g}, GRPO ε {grpo['epsilon']:g}"
+
+
+def _steps(results: dict, test_id: str) -> int:
+    """The rollout steps each run of the test's study trained for (its config's max_steps)."""
+    study = load_study(results[test_id]["study"])
+    return run_config(study.runs[0])["optimization"]["max_steps"]
 
 
 def answer_sentences(results: dict | None = None) -> str:

@@ -39,6 +39,7 @@ from .results import Study, load_study, results_root
 
 MODEL = "a 1M-parameter GPT-2"  # the cpu-tiny preset's model, as the confirmatory sentences name it (Chapter 11a)
 CHAPTER_16 = "book/16_conclusion.ipynb"  # where the README's findings send the reader for the table
+SIDE_WORDS = {-1: "below zero", 1: "above zero", 0: "holds zero"}  # an interval's side of zero, as read
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Row:
     flagged: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # seeds whose SAPO / GRPO run was flagged
     same_runs: str | None = None  # the declared answer whose very runs and endpoint this reading compares
     alpha: float = 0.05  # the level its study declared
+    kernels: tuple[str, ...] = ()  # the CPU kernel fingerprints its study's runs were made on (none recorded: empty)
 
     @property
     def side(self) -> int:
@@ -124,7 +126,11 @@ def reading(row: Row, original: Row | None = None) -> str:
         what += ", at the declared level"
     text = f"declared: {what}"
     if original is not None and original.reject and not row.reject:
-        if row.comparison.t_p <= row.alpha:
+        if row.comparison.t_p <= row.alpha and row.family and row.p_adjusted is not None:
+            text += (f"; its declared test, Holm-adjusted within the {row.family} family, fails (p "
+                     f"{row.p_adjusted:.3f}); raw p {row.comparison.t_p:.3f} is shown for comparison with "
+                     f"{original.id}'s single test at α {original.alpha:g}, not as a confirmation")
+        elif row.comparison.t_p <= row.alpha:
             text += f"; raw p {row.comparison.t_p:.3f} meets the α {row.alpha:g} at which {original.id} was tested alone"
         else:
             text += f"; {original.id} reached it: the fresh-seed repeat did not"
@@ -158,6 +164,15 @@ def decision_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# The verdicts of ``sapo_lab/studies/replicate.py`` (its docstring declares them) in a few words; evidence may not
+# import studies, so a test holds these words to that module's ``verdict`` on planted answers.
+VERDICT_RULES = {
+    "identical": "the same kernels and every endpoint value equal",
+    "consistent": "the two 95% intervals overlap and the replication's mean lies on the committed mean's side of zero",
+    "not consistent": "the two 95% intervals do not overlap, or the replication's mean lies on the other side of zero",
+}
+
+
 @dataclass(frozen=True)
 class Replication:
     """A committed re-run of one declared question on other CPU kernels (``results/replications/``)."""
@@ -171,6 +186,33 @@ class Replication:
     cpu: str | None  # the CPU kind that fingerprint was measured on (results/kernel_fingerprints.json)
     committed_kernels: tuple[str, ...]
     committed_cpu: str | None  # the producer's CPU, from the study's kernel_fingerprint.json
+    commits: tuple[tuple[str, bool], ...] = ()  # each invocation's (short commit, uncommitted changes), in order
+    resumed: tuple[str, ...] = ()  # runs an invocation resumed from a checkpoint instead of starting
+    shards: int = 0  # how many --shard parts the invocations split the runs into (0: not sharded)
+    committed: dict | None = None  # the committed answer's mean, t_interval and p, from replication.json
+
+    def rule(self) -> str:
+        """The verdict's rule in words, as ``sapo_lab/studies/replicate.py`` declares it."""
+        words = VERDICT_RULES.get(self.verdict, "its rule")
+        lo, hi = (self.committed or {}).get("t_interval", (-1.0, -1.0))
+        if self.verdict == "consistent" and lo <= 0 <= hi:  # the rule accepts either side then
+            words += ", any side when the committed interval holds zero, as here"
+        return words
+
+    def history(self) -> str:
+        """How the replication ran, from its environment.json: the commits its invocations ran from, whether any
+        had uncommitted changes, and the runs resumed partway through; empty when one clean commit did it all."""
+        parts = []
+        distinct = list(dict.fromkeys(self.commits))
+        if len({c for c, _ in distinct}) > 1 or any(dirty for _, dirty in distinct):
+            who = f"its {_number(self.shards)} shards" if self.shards > 1 else "its invocations"
+            named = _joined([c + (" with uncommitted changes" if dirty else "") for c, dirty in distinct])
+            parts.append(f"{who} ran from {'different commits' if len(distinct) > 1 else 'commit'} ({named})")
+        if self.resumed:
+            runs = _joined(list(self.resumed))
+            parts.append(f"{runs} {'was' if len(self.resumed) == 1 else 'were'} resumed from a checkpoint partway "
+                         "through")
+        return " and ".join(parts)
 
     def text(self) -> str:
         """``Q1's own runs retrained on other CPU kernels (...) gave −0.099 [...], p = 0.004, consistent ...``."""
@@ -179,9 +221,11 @@ class Replication:
         here = self.kernels + (f", {self.setting} setting" if self.setting else "") + (
             f", {self.cpu}" if self.cpu else "")
         there = ", ".join(self.committed_kernels) + (f", {self.committed_cpu}" if self.committed_cpu else "")
-        return (f"{self.question}'s own runs retrained on other CPU kernels (fingerprint {here}; the study's: "
+        text = (f"{self.question}'s own runs retrained on other CPU kernels (fingerprint {here}; the study's: "
                 f"{there}) gave {gap}, p = {self.comparison['p']:.3f}, {self.verdict} with the committed answer by "
-                "the rule in `sapo_lab/studies/replicate.py`")
+                f"the rule in `sapo_lab/studies/replicate.py` ({self.rule()})")
+        history = self.history()
+        return text + (f"; {history}" if history else "")
 
 
 @dataclass(frozen=True)
@@ -195,6 +239,7 @@ class Evidence:
     declared: dict[str, str]  # every declared answer of the studies, in order: id -> its interval text
     levels: dict[str, float] = field(default_factory=dict)  # gate-map method -> its seed-mean final Pass@1
     replications: list[Replication] = field(default_factory=list)
+    finals: dict[str, dict[int, float]] = field(default_factory=dict)  # gate-map method -> seed -> final Pass@1
 
 
 def _joined(items: list[str]) -> str:
@@ -257,26 +302,18 @@ def answer_sentence(ev: Evidence) -> str:
             f"{len(gaps)} declared comparisons of the two and below it in {_count(len(below))} "
             f"({_count(len(kept_below))} at the declared level), {choice}")
     tied = [r for r in gaps if r.side == 0]
-    ties = [f"tied at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
+    ties = [f"showed no detectable difference at {_ms(r.staleness)} with {r.rate_text()} ({_bare(r)})"
+            for r in tied]
     small = _smallest_rate_cells(ev)
     zero = sum(side_of_zero(c.comparison) == 0 for c in small)
     if small and 2 * zero > len(small):  # most of the smallest rate's cells hold zero
-        ties.append(f"read cell by cell (exploratory), stayed within ±{max(abs(c.comparison.mean) for c in small):.3f} "
-                    f"of each other at lr {_rate(small[0].sapo.learning_rate)} ({zero} of {len(small)} intervals "
-                    "holding zero)")
+        ties.append(f"read cell by cell at lr {_rate(small[0].sapo.learning_rate)} (exploratory), had "
+                    + _cells_spread(small))
     else:
         small = []
     if ties:
         text += ": the two " + " and, ".join(ties)
-        tie_levels = [lv for r in tied if r.levels for lv in r.levels]
-        tie_levels += [ev.levels[m] for c in small for m in (c.sapo.method, c.grpo.method) if m in ev.levels]
-        grpo = {c.grpo.method: c.grpo for c in ev.cells if c.grpo.method in ev.levels}
-        if tie_levels and grpo:
-            best = max(grpo.values(), key=lambda s: ev.levels[s.method])
-            if max(tie_levels) < ev.levels[best.method]:  # seed means, stated as such: no interval is claimed
-                text += (f", where both methods' seed-mean Pass@1 stayed at or below {max(tie_levels):.3f}, against "
-                         f"{ev.levels[best.method]:.3f} for the map's best GRPO configuration (lr "
-                         f"{_rate(best.learning_rate)}, M = {best.staleness})")
+        text += _best_tied_level(ev, tied, small)
     paper = [r for r in below if r.study == STUDY and r.tau_pos == 1.0 and r.rate_rule == "shared"]
     trailing = sorted({r.staleness[0] for r in paper})
     if trailing:
@@ -291,6 +328,55 @@ def answer_sentence(ev: Evidence) -> str:
     return text + "."
 
 
+def _widest(cells: list[Cell]) -> Cell:
+    return max(cells, key=lambda c: c.comparison.t_interval[1] - c.comparison.t_interval[0])
+
+
+def _cells_spread(cells: list[Cell]) -> str:
+    """``point estimates within ±0.009 (9 of 12 intervals holding zero; the widest, +0.006 [...] at M = 16, τ 1)``:
+    the bound is on the means only, so the widest interval is named beside it."""
+    zero = sum(side_of_zero(c.comparison) == 0 for c in cells)
+    wide = _widest(cells)
+    return (f"point estimates within ±{max(abs(c.comparison.mean) for c in cells):.3f} ({zero} of {len(cells)} "
+            f"intervals holding zero; the widest, {interval_text(wide.comparison)} at M = {wide.sapo.staleness}, "
+            f"τ {wide.sapo.tau_pos:g})")
+
+
+def _best_tied_level(ev: Evidence, tied: list[Row], small: list[Cell]) -> str:
+    """Both methods' highest seed-mean Pass@1 where they tie, and that configuration against the map's best GRPO
+    configuration paired by seed: exploratory, the best GRPO one picked after the fact. Empty without levels."""
+    grpo = [s for s in {c.grpo.method: c.grpo for c in ev.cells}.values() if s.method in ev.levels]
+    candidates = {m: ev.levels[m] for r in tied for m in (r.comparison.method, r.comparison.reference)
+                  if r.study == STUDY and m in ev.levels}
+    candidates.update({m: ev.levels[m] for c in small for m in (c.sapo.method, c.grpo.method) if m in ev.levels})
+    if not candidates or not grpo:
+        return ""
+    top = max(candidates, key=candidates.get)
+    best = max(grpo, key=lambda g: ev.levels[g.method])
+    if candidates[top] >= ev.levels[best.method]:
+        return ""
+    text = f", where both methods' seed-mean Pass@1 stayed at or below {candidates[top]:.3f}"
+    a, b = ev.finals.get(top, {}), ev.finals.get(best.method, {})
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) >= 2:
+        cmp = compare({seed: (a[seed], b[seed]) for seed in seeds}, top, best.method)
+        where = _setting_words(ev, top)
+        text += (f"; the best of those configurations ({where}) against the map's best GRPO configuration, picked "
+                 f"after the fact (lr {_rate(best.learning_rate)}, M = {best.staleness}: {ev.levels[best.method]:.3f}), "
+                 f"is {interval_text(cmp)} paired by seed (exploratory: {SIDE_WORDS[side_of_zero(cmp)]})")
+    return text
+
+
+def _setting_words(ev: Evidence, method: str) -> str:
+    """``SAPO, lr 5e-5, M = 16`` for a gate-map method, from its cell's setting."""
+    for c in ev.cells:
+        for s in (c.sapo, c.grpo):
+            if s.method == method:
+                gate = f", τ {s.tau_pos:g}" if s.loss_type == "sapo" and s.tau_pos != 1.0 else ""
+                return f"{s.loss_type.upper()}{gate}, lr {_rate(s.learning_rate)}, M = {s.staleness}"
+    return method
+
+
 def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) -> str:
     """Where SAPO showed no difference and where it trailed, each with its M, gate, rate, id and level."""
     paper = [r for r in map_rows if r.tau_pos == 1.0]
@@ -302,10 +388,12 @@ def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) 
     at = _smallest_rate_cells(ev)
     if at:
         counts = [sum(side_of_zero(c.comparison) == k for c in at) for k in (1, -1, 0)]
+        wide = _widest(at)
         clauses.append(f"at the map's smallest learning rate, {_rate(at[0].sapo.learning_rate)}, every one of its "
-                       f"{len(at)} cells ({_ms(sorted({c.sapo.staleness for c in at}))}, every τ) kept the gap within "
-                       f"±{max(abs(c.comparison.mean) for c in at):.3f} (exploratory: {counts[0]} above zero, "
-                       f"{counts[1]} below, {counts[2]} holding zero)")
+                       f"{len(at)} cells ({_ms(sorted({c.sapo.staleness for c in at}))}, every τ) had its point "
+                       f"estimate within ±{max(abs(c.comparison.mean) for c in at):.3f} (exploratory: {counts[0]} "
+                       f"above zero, {counts[1]} below, {counts[2]} holding zero; the widest interval, "
+                       f"{interval_text(wide.comparison)} at M = {wide.sapo.staleness}, τ {wide.sapo.tau_pos:g})")
     below = [r for r in paper if r.side < 0]
     trailed = []
     if below:
@@ -476,13 +564,23 @@ def _repeat_sentence(r: Row, original: Row, family_size: int) -> str:
         level = reading(r).removeprefix("declared: ") + (
             f" (Holm-adjusted p = {r.p_adjusted:.3f})" if r.p_adjusted is not None else "")
     alone = f", tested alone at α = {original.alpha:g}" if not original.family else ""
-    text = (f"{r.id} repeats {original.id}'s runs exactly on fresh seeds ({r.seeds[0]}–{r.seeds[-1]} for "
-            f"{original.seeds[0]}–{original.seeds[-1]}) and {found}, {level}: {_bare(r)} against "
-            f"{_bare(original)}{alone}")
+    text = (f"{r.id} repeats {original.id}'s configuration on fresh seeds ({r.seeds[0]}–{r.seeds[-1]} for "
+            f"{original.seeds[0]}–{original.seeds[-1]}), {_kernels_between(r, original)}, and {found}, {level}: "
+            f"{_bare(r)} against {_bare(original)}{alone}")
     if not set(r.comparison.seeds) & set(original.comparison.seeds):
         both = pooled([original, r])
         text += f"; pooled over both seed sets, {interval_text(both)} (exploratory)"
     return text + "."
+
+
+def _kernels_between(r: Row, original: Row) -> str:
+    """Whether a repeat ran on its original's CPU kernels, with both fingerprints (from the studies' files)."""
+    if not r.kernels or not original.kernels:
+        return "on CPU kernels not recorded for both studies"
+    if set(r.kernels) == set(original.kernels):
+        return f"on the same CPU kernels (fingerprint {', '.join(r.kernels)})"
+    return (f"on other CPU kernels (fingerprint {', '.join(r.kernels)}; {original.id}'s: "
+            f"{', '.join(original.kernels)})")
 
 
 def _replication_sentence(ev: Evidence, mechanism: list[Row]) -> str:
@@ -573,14 +671,12 @@ def where_answered(ev: Evidence) -> str:
     text = f"At that scale the declared studies answer the question for {answered}, at the shared lr {rates}"
     tied = [r for r in _declared_gaps(ev) if r.study == STUDY and r.side == 0]
     small = _smallest_rate_cells(ev)
-    nothing = [f"at {_ms(r.staleness)} with {r.rate_text()} ({r.id})" for r in tied]
+    nothing = [f"at {_ms(r.staleness)} with {r.rate_text()} ({_bare(r)})" for r in tied]
     if nothing:
-        text += "; the gate map finds no difference " + " or ".join(nothing)
+        text += "; the gate map finds no detectable difference " + " or ".join(nothing)
     if small:
-        zero = sum(side_of_zero(c.comparison) == 0 for c in small)
-        text += (f"{' and,' if nothing else '; the gate map finds,'} at lr {_rate(small[0].sapo.learning_rate)}, "
-                 f"gaps within ±{max(abs(c.comparison.mean) for c in small):.3f} in every cell ({zero} of "
-                 f"{len(small)} intervals holding zero, each read alone)")
+        text += (f"{' and,' if nothing else '; the gate map finds,'} at lr {_rate(small[0].sapo.learning_rate)} "
+                 f"read cell by cell (each alone), {_cells_spread(small)}")
     return text + "."
 
 
@@ -594,7 +690,8 @@ def _map_line(ev: Evidence) -> str:
     late = [r for r in rows if _late(r)]
     parts = []
     if tied:
-        parts.append(f"no difference at {_ms([r.staleness[0] for r in tied])} ({'; '.join(_bare(r) for r in tied)})")
+        parts.append(f"no detectable difference at {_ms([r.staleness[0] for r in tied])} "
+                     f"({'; '.join(_bare(r) for r in tied)})")
     if kept:
         parts.append(f"SAPO below GRPO at the declared level at {_ms([r.staleness[0] for r in kept])} "
                      f"({'; '.join(_bare(r) for r in kept)})")
@@ -602,7 +699,9 @@ def _map_line(ev: Evidence) -> str:
         parts.append(f"below zero before Holm's adjustment, not after, at {_ms([r.staleness[0] for r in late])} "
                      f"({'; '.join(_bare(r) for r in late)})")
     rates = _joined(sorted({_rate(r.rates[0]) for r in rows}))
-    text = f"The gate map ({len(ev.rows[0].comparison.seeds)} fresh paired seeds, lr {rates} shared): " + "; ".join(parts)
+    steps = _joined([str(n) for n in sorted({r.steps for r in rows if r.steps})])
+    text = (f"The gate map ({len(rows[0].comparison.seeds) if rows else 0} fresh paired seeds, {steps} rollout steps, "
+            f"lr {rates} shared): " + "; ".join(parts))
     slope = next((r for r in ev.rows if r.kind == "slope" and r.declared), None)
     if slope is not None:
         verdict = {-1: "grew", 1: "shrank", 0: "did not move detectably"}[slope.side]
@@ -712,7 +811,18 @@ def _row_from_runs(entry: dict, study: Study, declared: bool = True, **extra) ->
                checkpoint="final", comparison=cmp, declared=declared, family=entry.get("family"),
                p_adjusted=entry.get("p_adjusted"), reject=entry.get("reject"),
                seeds=tuple(cmp.seeds), steps=m["optimization"]["max_steps"], alpha=plan["alpha"],
+               kernels=study_kernels(study),
                **_measured(study, cmp, plan["endpoint"]["metric"], entry.get("cell")), **extra)
+
+
+def study_kernels(study: Study) -> tuple[str, ...]:
+    """The kernel fingerprints a study's runs were made on: each invocation's in ``environment.json``, and
+    ``kernel_fingerprint.json``'s where the study ran before invocations recorded one."""
+    folder = study.folder
+    known = {inv["kernel_fingerprint"] for inv in folder.read_invocations() if inv.get("kernel_fingerprint")}
+    record = folder.read_kernel_record()
+    known |= {record.get("kernel_fingerprint")} - {None}
+    return tuple(sorted(known - set(record.get("differs_from", []))))
 
 
 def _compared_on(study: Study, cmp: PairedComparison, metric: str) -> PairedComparison:
@@ -749,11 +859,30 @@ def replications(root=None) -> list[Replication]:
             raise ValueError(f"{folder.environment}: the replication's invocations name kernels {kernels}, not one")
         committed = StudyFolder(str(base / record_path.parent.name))
         committed_cpu = committed.read_kernel_record().get("cpu")
+        commits = tuple((inv["git_commit"][:7], bool(inv.get("git_dirty"))) for inv in invocations
+                        if inv.get("git_commit"))
+        resumed = tuple(sorted({run for inv in invocations for run, what in (inv.get("actions") or {}).items()
+                                if what == "resumed"}))
         for entry in json.loads(record_path.read_text()).values():
             out.append(Replication(entry["study"], entry["question"], entry["here"], entry["verdict"], kernels[0],
                                    settings[0] if len(settings) == 1 else None, _kernel_cpu(kernels[0], base),
-                                   tuple(entry["committed_kernels"]), committed_cpu))
+                                   tuple(entry["committed_kernels"]), committed_cpu, commits, resumed,
+                                   _shard_count(invocations), entry.get("committed")))
     return out
+
+
+def _shard_count(invocations: list[dict]) -> int:
+    """The N of ``--shard i/N`` when every invocation names one (the runs split across processes), else 0."""
+    counts = set()
+    for inv in invocations:
+        argv = list(inv.get("argv") or [])
+        if "--shard" not in argv or argv.index("--shard") + 1 >= len(argv):
+            return 0
+        counts.add(argv[argv.index("--shard") + 1].partition("/")[2])
+    if len(counts) != 1:
+        return 0
+    (n,) = counts
+    return int(n) if n.isdigit() else 0
 
 
 def evidence(root=None) -> Evidence:
@@ -823,8 +952,9 @@ def evidence(root=None) -> Evidence:
     declared = {**{i: interval_text(e["comparison"]) for i, e in confirm.items()},
                 **{a["id"]: interval_text(a["comparison"]) for a in answers}}
     metric = gate_map.declaration["analysis"]["endpoint"]["metric"]
-    levels = {m: statistics.mean(endpoint_value(r, metric) for r in gate_map.select(m)) for m in settings}
-    return Evidence(rows, cells, collapse, scale, declared, levels, replications(root))
+    finals = {m: {r.seed: endpoint_value(r, metric) for r in gate_map.select(m)} for m in settings}
+    levels = {m: statistics.mean(by_seed.values()) for m, by_seed in finals.items() if by_seed}
+    return Evidence(rows, cells, collapse, scale, declared, levels, replications(root), finals)
 
 
 def _shared_rate(answers: list[dict], settings: dict[str, Setting]) -> float:

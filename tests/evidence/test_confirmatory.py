@@ -67,7 +67,7 @@ def test_headline_and_answer_name_the_m_and_rate_their_runs_trained_at(results):
     (m1, lr1), (m2, lr2) = trained("confirm_addition"), trained("confirm_scratchpad")
     assert lr1 == lr2 == 2e-4
     head, answer = headline_sentence(results), answer_sentences(results)
-    assert f"two-digit addition at M = {m1} and" in head and f"scratchpad addition at M = {m2}," in head
+    assert f"two-digit addition at M = {m1} (" in head and f"scratchpad addition at M = {m2} (" in head
     assert "(2e-4, shared)" in head and "shared (2e-4)" in answer
     assert f"($M={m1}$)" in answer and f"($M={m2}$)" in answer and "not about other staleness" in answer
 
