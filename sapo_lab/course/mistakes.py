@@ -254,6 +254,15 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _distinct(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with enough significant digits (6 to 16) that their printed forms differ."""
+    for digits in (6, 9, 12, 16):
+        pair = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if pair[0] != pair[1]:
+            return pair
+    return pair
+
+
 def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-6, atol: float = 1e-9) -> str:
     """One clause saying how ``got`` differs from ``expected`` (same shape): the sign, a constant factor or shift,
     or which elements differ, with the largest difference's position and values."""
@@ -267,7 +276,8 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
     where = int(torch.argmax(torch.where(bad, (g - e).abs().nan_to_num(float("inf")), torch.zeros_like(g))))
     index = list(torch.unravel_index(torch.tensor(where), shape)) if shape else []
     at = f"[{', '.join(str(int(i)) for i in index)}]" if index else ""
-    largest = f"largest difference at {at or 'the value'}: got {_fmt(float(g[where]))}, expected {_fmt(float(e[where]))}"
+    got_text, want_text = _distinct(float(g[where]), float(e[where]))
+    largest = f"largest difference at {at or 'the value'}: got {got_text}, expected {want_text}"
     if e.numel() == 1:  # one number: a factor or a shift always "fits", so it would explain nothing
         return largest
     if bool(torch.isclose(g, -e, rtol=rtol, atol=atol).all()):
