@@ -317,7 +317,9 @@ def plain_answer(study: Study | None = None, settings: dict[str, Setting] | None
     ms = sorted(by_m)
     second = (f"{moved[0].upper() + moved[1:]} at lr {rate_text(point.learning_rate)} and τ {point.tau_pos:g}, over M = "
               f"{ms[0]} to {ms[-1]} ({trend['id']}: {interval_text(trend['comparison'])} per doubling of M)"
-              + (f"; at M = {', '.join(map(str, flat))} no difference was detected" if flat else "")
+              + (f"; at M = {', '.join(map(str, flat))} no difference was detected ("
+                 + "; ".join(f"{by_m[m]['id']}: {interval_text(by_m[m]['comparison'])}" for m in flat) + ")"
+                 if flat else "")
               + (f"; at M = {', '.join(map(str, late))} the gap lies on one side of zero before Holm's "
                  "adjustment, not after" if late else "")
               + (f", and at M = {', '.join(map(str, kept))} the gap reaches the declared level after Holm's "

@@ -248,6 +248,11 @@ def test_the_answer_names_where_the_two_tie_from_g4as_interval(committed, gate_m
     scope = decision.where_answered(ev)
     assert "M = 8 on addition (Q1) and M = 4 on scratchpad addition (Q2), at the shared lr 2e-4" in scope
     assert claim in scope and claim in readme
+    # chapters 15b and 16 read the map's plain answer: its tie at M = 2 carries the same interval
+    from sapo_lab.evidence.gate_map import plain_answer
+    from sapo_lab.evidence.results import load_study
+
+    assert f"at M = 2 no difference was detected (G4a: {_text(g4a)})" in plain_answer(load_study("gate_map"))
 
 
 def test_replicates_docstring_says_what_git_and_the_record_show():
