@@ -285,7 +285,7 @@ def _smallest_rate_cells(ev: Evidence) -> list[Cell]:
 
 
 def answer_sentence(ev: Evidence) -> str:
-    """The choice in one sentence: the declared comparisons counted by side of zero, where the two tied, and
+    """The choice in one sentence: the declared comparisons counted by side of zero, where no difference was detected, and
     where the gap appeared. Which method to prefer follows from the counts, never from a mean alone."""
     gaps = _declared_gaps(ev)
     above = [r for r in gaps if r.side > 0]
