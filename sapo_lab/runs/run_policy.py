@@ -244,6 +244,12 @@ def prepare(
     return Prepared(cfg, None, run_dir, log)
 
 
+def _stopped_before_first_checkpoint(run: str) -> str:
+    return (f"--resume: the run in {run} stopped before its first checkpoint (during its cold start or first steps), "
+            "so there is nothing to continue: run the same command without --resume to start it again "
+            "(a cold start that finished is read from its cache)")
+
+
 def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prepared:
     run = st.path
     if st.saved_config is None:
@@ -252,6 +258,8 @@ def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prep
         raise RunDirError(f"--resume: {run}/config.json is not a usable config: {st.config_problem}")
     saved = st.saved_config
     folder = RunFolder(run)
+    if not st.checkpoints and not os.path.exists(folder.cold_start_eval):
+        raise RunDirError(_stopped_before_first_checkpoint(run))
     try:
         folder.read_cold_start_eval()
     except (OSError, ValueError) as exc:
@@ -270,7 +278,7 @@ def _prepare_resume(st: RunDirState, cfg: TrainConfig, resume_keys, log) -> Prep
         if skipped:
             reasons = "; ".join(f"{n}: {r}" for n, r in skipped)
             raise RunDirError(f"--resume: no checkpoint in {run}/checkpoints can be trusted ({reasons})")
-        raise RunDirError(f"--resume: {run} has no checkpoint yet")
+        raise RunDirError(_stopped_before_first_checkpoint(run))
     step = checkpoint_step(ckpt)
     name, hint_problem = latest_hint(run)
     if hint_problem:

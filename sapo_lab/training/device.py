@@ -67,6 +67,8 @@ class PlannedWork:
     cold_start_update_flops: float
     rollout_steps: int
     flops: float
+    cold_start_flops: float = 0.0  # the part of ``flops`` the cold start may spend: it stops at its target Pass@1
+    time_limit_s: float = 0.0  # ``max_train_time_s``: the rollout steps stop after it (0: no limit)
 
 
 def matmul_parameters(size: dict, vocab: int) -> int:
@@ -85,7 +87,7 @@ def planned_work(cfg, task, splits, *, cold_start_cached: bool, resume: bool) ->
     cold = 0 if (cold_start_cached or resume) else cfg.cold_start.max_updates
     steps = cfg.optimization.max_steps
     if size is None:
-        return PlannedWork(None, 0, cold, float("nan"), steps, float("nan"))
+        return PlannedWork(None, 0, cold, float("nan"), steps, float("nan"), time_limit_s=cfg.max_train_time_s or 0.0)
     params = matmul_parameters(size, size.get("vocab_size", len(task.alphabet) + 3))
     sample = splits["train"][:256]
     sft_tokens = max(len(p.prompt) + len(p.answer) + 1 for p in sample)  # a batch is padded to its longest
@@ -95,7 +97,8 @@ def planned_work(cfg, task, splits, *, cold_start_cached: bool, resume: bool) ->
     cold_flops = cold * c.batch_size * sft_tokens * 6 + cold // c.eval_every * len(splits["dev"]) * gen_tokens * 2
     rollout_flops = steps * r.prompts_per_rollout * r.num_generations * gen_tokens * 10
     eval_flops = (0 if resume else 2) * len(splits["eval"]) * e.num_samples * gen_tokens * 2
-    return PlannedWork(params, size["n_embd"], cold, update_flops, steps, params * (cold_flops + rollout_flops + eval_flops))
+    return PlannedWork(params, size["n_embd"], cold, update_flops, steps, params * (cold_flops + rollout_flops + eval_flops),
+                       cold_start_flops=params * cold_flops, time_limit_s=cfg.max_train_time_s or 0.0)
 
 
 @functools.cache
@@ -133,10 +136,31 @@ def estimate_text(seconds: float, bound: str = "about") -> str:
 LONG_RUN_S = 600.0
 
 
+def _cost_text(work: PlannedWork, rate: float) -> tuple[str, float]:
+    """What the run will cost at ``rate`` FLOP/s, and the most it may take in seconds.
+
+    The rollout steps and evaluations are certain, and a FLOP count at the measured peak rate is a lower bound
+    on their time; the cold start stops once dev Pass@1 reaches its target, so its share is an upper bound.
+    """
+    certain = (work.flops - work.cold_start_flops) / rate
+    cold = work.cold_start_flops / rate
+    text = estimate_text(certain, "at least")
+    if work.cold_start_updates:
+        text += " for the rollout steps and evaluations"
+    if work.time_limit_s:
+        text += f" (max_train_time_s stops the rollout steps after {duration_text(work.time_limit_s)})"
+    text += f" at this CPU's measured {rate / 1e9:.0f} GFLOP/s"
+    if work.cold_start_updates:
+        text += f", plus {estimate_text(cold, 'up to')} for the cold start (it stops early once dev pass@1 reaches its target)"
+    return text, certain + cold
+
+
 def cpu_fallback_notice(requested: str, device: torch.device, work: PlannedWork) -> str | None:
     """One line when ``device auto`` found no GPU: the device chosen and what the run will cost on it.
 
-    None when the device was named (``--device cpu`` is a choice, not a fallback) or a GPU was found.
+    ``note:`` or, when the run may take longer than ``LONG_RUN_S``, ``warning:`` with the reason and the keys
+    that shorten it. None when the device was named (``--device cpu`` is a choice, not a fallback) or a GPU
+    was found.
     """
     if requested != "auto" or device.type != "cpu":
         return None
@@ -146,14 +170,14 @@ def cpu_fallback_notice(requested: str, device: torch.device, work: PlannedWork)
     plan = (f"a cold start of up to {work.cold_start_updates} updates{each}, then {work.rollout_steps} rollout steps"
             if work.cold_start_updates else f"{work.rollout_steps} rollout steps (no cold start to train)")
     if known:
-        seconds = work.flops / rate
-        cost, long = f"{estimate_text(seconds, 'at least')} at this CPU's measured {rate / 1e9:.0f} GFLOP/s", \
-            seconds > LONG_RUN_S
+        cost, most = _cost_text(work, rate)
+        long = most > LONG_RUN_S
     else:
         cost, long = "time not estimated for a model given by path", False
-    head = "warning: no GPU found" if long else "no GPU found"
-    shorten = "; --cold_start.max_updates N and --max_steps N shorten it" if long else ""
-    return f"{head}: device auto chose the CPU; this run: {plan}, {cost}{shorten}; --device cpu skips this line"
+    head = "warning" if long else "note"
+    why = (f"; a warning because it may take over {duration_text(LONG_RUN_S)}: --cold_start.max_updates N and "
+           "--max_steps N shorten it") if long else ""
+    return f"{head}: no GPU found: device auto chose the CPU; this run: {plan}, {cost}{why}; --device cpu skips this line"
 
 
 # The notices already given in this process: a study or ``compare`` of many runs on one CPU says it once.

@@ -143,7 +143,7 @@ class Trainer:
         """Run rollout steps until ``max_steps``, the time limit or a stop request; returns the summary."""
         self.start()
         bar = dict(total=self.cfg.optimization.max_steps, initial=self.step, enabled=self.progress,
-                   desc=f"{self.cfg.loss.loss_type} seed {self.cfg.seed}")
+                   desc=f"{self.cfg.loss.loss_type} seed {self.cfg.seed}", log=self.log)
         with ctrl_c_requests_stop(self), progress_bar(**bar) as shown:
             status = self._loop(shown)
         return self._end(status)

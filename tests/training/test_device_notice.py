@@ -7,11 +7,13 @@ from _micro import micro
 
 from sapo_lab.cli import main
 from sapo_lab.runs.config import PRESETS, load_config
+from sapo_lab.runs.metric_names import DEV_PASS1, REWARD_MEAN
 from sapo_lab.tasks import splits_for, task_for
+from sapo_lab.training import console
 from sapo_lab.training import device as device_module
 from sapo_lab.training import trainer as trainer_module
 from sapo_lab.training.cold_start import train_cold_start
-from sapo_lab.training.console import PaceReport
+from sapo_lab.training.console import PaceReport, ProgressBar
 from sapo_lab.training.device import PlannedWork, cpu_fallback_notice, matmul_parameters, planned_work, say_once
 from sapo_lab.training.model import MODEL_SIZES, build_model, load_model_and_tokenizer
 from sapo_lab.training.trainer import Trainer
@@ -34,7 +36,7 @@ def test_auto_without_a_gpu_says_so_first_with_the_cold_start_count(no_gpu, tmp_
     # catches the silent fallback, and a count read from another key than cold_start.max_updates
     said = _lines_of_a_new_trainer(tmp_path, load_config("micro"))
     updates = PRESETS["micro"]["cold_start"]["max_updates"]
-    assert said and said[0].startswith("no GPU found: device auto chose the CPU"), said
+    assert said and said[0].startswith("note: no GPU found: device auto chose the CPU"), said
     assert f"a cold start of up to {updates} updates" in said[0] and "GFLOP/s" in said[0]
 
 
@@ -48,7 +50,7 @@ def test_the_command_line_prints_the_notice_as_its_first_line(no_gpu, tmp_path, 
     monkeypatch.setattr(trainer_module.Trainer, "train", lambda self: {"status": "interrupted"})
     assert main(["train", "--config", "micro", "--output-dir", str(tmp_path / "run")]) == 130
     first = capsys.readouterr().err.splitlines()[0]
-    assert first.startswith("no GPU found: device auto chose the CPU")
+    assert first.startswith("note: no GPU found: device auto chose the CPU")
 
 
 def test_a_long_run_is_a_warning_that_says_how_to_shorten_it():
@@ -57,8 +59,9 @@ def test_a_long_run_is_a_warning_that_says_how_to_shorten_it():
     short = PlannedWork(10**4, 32, 4, 1e6, 3, 1e9)
     cpu = torch.device("cpu")
     assert cpu_fallback_notice("auto", cpu, long).startswith("warning: no GPU found")
-    assert "--cold_start.max_updates N and --max_steps N" in cpu_fallback_notice("auto", cpu, long)
-    assert not cpu_fallback_notice("auto", cpu, short).startswith("warning")
+    assert "a warning because it may take over 10 min: --cold_start.max_updates N and --max_steps N" in \
+        cpu_fallback_notice("auto", cpu, long)
+    assert cpu_fallback_notice("auto", cpu, short).startswith("note: no GPU found")  # the same words, no alarm
     assert cpu_fallback_notice("auto", torch.device("cuda"), long) is None
     assert cpu_fallback_notice("cpu", cpu, long) is None
 
@@ -121,7 +124,7 @@ def test_the_pace_is_shown_after_a_slow_first_update_and_then_every_interval():
     for n in range(1, 4):
         clock.now += 5.0
         pace(n, torch.tensor(2.5))
-    assert said[0] == "cold start: update 1 of up to 100, loss 2.500, 5.00 s each, up to 8 min left"
+    assert said[0] == "cold start: update 1 of up to 100, loss 2.500, 5 s elapsed, 5.00 s each, up to 8 min left"
     assert len(said) == 2 and said[1].startswith("cold start: update 3 of up to 100")  # 15 s: one interval on
 
 
@@ -134,3 +137,62 @@ def test_a_quick_loop_reports_nothing():
         pace(n)
     assert said == []
 
+
+
+def test_the_cold_start_is_charged_as_an_upper_bound_and_the_rest_as_a_lower_one(monkeypatch):
+    # At a fixed 1 GFLOP/s: 60 s of rollout steps and evaluations (certain) and 900 s of cold start that may stop
+    # early. Catches the whole 960 s announced as "at least 16 min" (a cold start stopped at its target after a
+    # fraction of its updates made that a promise the run broke), and the warning judged on the certain part only.
+    monkeypatch.setattr(device_module, "cpu_flops_per_second", lambda width: 1e9)
+    work = PlannedWork(10**4, 32, 3000, 3e8, 20, 960e9, cold_start_flops=900e9)
+    line = cpu_fallback_notice("auto", torch.device("cpu"), work)
+    assert "at least 60 s for the rollout steps and evaluations" in line
+    assert "plus up to 15 min for the cold start" in line
+    assert line.startswith("warning: no GPU found") and "may take over 10 min" in line
+
+
+def test_rollout_steps_report_their_pace_where_no_bar_is_drawn():
+    # by hand: 20 steps of 5 s; after step 1, 19 x 5 = 95 s (2 min) left; the next line one interval on, at step 3.
+    # Catches RL steps that print nothing between the cold start and the table, a line per step, and a count
+    # that says "up to" for a loop that runs all its steps
+    clock, said = _Clock(), []
+    bar = ProgressBar(total=20, initial=0, desc="sapo", enabled=False, log=said.append, clock=clock)
+    for reward in (0.25, 0.5, 0.75):
+        clock.now += 5.0
+        bar.show({REWARD_MEAN: reward, DEV_PASS1: None})
+    bar.close()
+    assert said == ["rollout step 1 of 20, reward 0.250, 5 s elapsed, 5.00 s each, about 2 min left",
+                    "rollout step 3 of 20, reward 0.750, 15 s elapsed, 5.00 s each, about 85 s left"]
+
+
+def test_a_resumed_run_counts_its_pace_from_where_it_resumed():
+    # resumed at step 10 of 20, 5 s a step: 9 x 5 = 45 s left after step 11. Catches the pace divided by all
+    # 11 steps (0.45 s each) when only one ran in this process
+    clock, said = _Clock(), []
+    bar = ProgressBar(total=20, initial=10, desc="sapo", enabled=False, log=said.append, clock=clock)
+    clock.now += 5.0
+    bar.show({REWARD_MEAN: 0.5, DEV_PASS1: None})
+    bar.close()
+    assert said == ["rollout step 11 of 20, reward 0.500, 5 s elapsed, 5.00 s each, about 45 s left"]
+
+
+def test_the_trainer_gives_its_log_to_the_progress_lines(no_gpu, tmp_path, monkeypatch):
+    # the loop with its model work replaced (three steps of a fixed reward) and every step shown: catches the
+    # trainer building its bar without its log, so that a run without a terminal prints nothing while it trains
+    monkeypatch.setattr(console, "PACE_EVERY_S", 0.0)
+    said = []
+    trainer = Trainer(load_config("micro", {"device": "cpu"}), str(tmp_path / "run"), log=said.append, progress=False)
+
+    def fake_step():
+        trainer.step += 1
+        return {REWARD_MEAN: 0.5, DEV_PASS1: None}
+
+    monkeypatch.setattr(trainer, "start", lambda: setattr(trainer, "step", 0))
+    monkeypatch.setattr(trainer, "train_step", fake_step)
+    monkeypatch.setattr(trainer, "_dev_eval_if_due", lambda row: None)
+    monkeypatch.setattr(type(trainer.folder), "append_metrics", lambda folder, row: None)
+    monkeypatch.setattr(trainer, "_checkpoint", lambda: None)
+    monkeypatch.setattr(trainer, "_end", lambda status: {"status": status})
+    assert trainer.train() == {"status": "completed"}
+    steps = [line.split(",")[0] for line in said if line.startswith("rollout step")]
+    assert steps == ["rollout step 1 of 3", "rollout step 2 of 3", "rollout step 3 of 3"], said

@@ -32,4 +32,5 @@ def test_a_run_is_long_only_above_ten_minutes(monkeypatch, seconds, warned):
     work = PlannedWork(10**4, 32, 0, 0.0, 3, seconds * 1e9)
     line = cpu_fallback_notice("auto", torch.device("cpu"), work)
     assert line.startswith("warning: no GPU found") is warned
+    assert line.startswith("note: no GPU found") is not warned  # one form for both, its first word the verdict
     assert "at least 10 min at this CPU's measured 1 GFLOP/s" in line
