@@ -40,6 +40,13 @@ from .durable import write_json
 from .json_object import read_json_object
 
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
+
+
+def _choices(names: tuple[str, ...]) -> str:
+    """``a, b or c``: a key's allowed values in its help line, written from the tuple that checks them."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+
+
 # A misspelt key is refused, never ignored.
 _SECTION = ConfigDict(extra="forbid")
 
@@ -121,7 +128,7 @@ class OptimizationConfig:
         "rollout steps; each makes steps_per_generation optimizer steps"))
     steps_per_generation: Int = Field(4, description="M update minibatches per rollout batch (the paper's 4)")
     learning_rate: Annotated[Float, Field(gt=0)] = Field(2e-4, description="AdamW peak learning rate")
-    lr_scheduler_type: Schedule = Field("constant_with_warmup", description="one of LR_SCHEDULES")
+    lr_scheduler_type: Schedule = Field("constant_with_warmup", description=f"learning-rate schedule: {_choices(LR_SCHEDULES)}")
     warmup_steps: Annotated[Int, Field(ge=0)] = Field(10, description="optimizer steps")
     weight_decay: Annotated[Float, Field(ge=0)] = Field(0.0, description="AdamW decoupled weight decay")
     adam_beta1: Annotated[Float, Field(ge=0, lt=1)] = Field(0.9, description="AdamW first-moment decay")
@@ -151,10 +158,10 @@ class LossConfig:
     importance_sampling_level: Level = Field(None, description=(
         "None: the kernel's default (sequence for gspo, token otherwise)"))
     aggregation: Pooling = Field("per_response", description=(
-        "one of sapo_lab.objective.masks.AGGREGATIONS: token averaging (also for the KL term)"))
+        f"token averaging, {_choices(AGGREGATIONS)} (also for the KL term)"))
     max_log_ratio: Annotated[Float, Field(gt=0)] = Field(20.0, description="|log r| above this counts as extreme staleness")
     max_log_ratio_policy: RatioPolicy = Field("record", description=(
-        "what an extreme ratio does: one of MAX_LOG_RATIO_POLICIES"))
+        f"what an extreme ratio does: {_choices(MAX_LOG_RATIO_POLICIES)}"))
 
     @model_validator(mode="after")
     def _level_fits_the_kernel(self):

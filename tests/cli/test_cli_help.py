@@ -166,3 +166,17 @@ def test_study_and_conformance_errors_are_one_line(argv, match, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and match in err and "\n" not in err, err
+
+
+def test_keys_with_fixed_values_list_them_in_the_help():
+    # The values are typed here from the validators' own lists (not read from the help): catches a description
+    # that names a constant ("one of LR_SCHEDULES") instead of the values a user can type, and one that has
+    # drifted from the list the config checks against.
+    from sapo_lab.objective.choices import AGGREGATIONS, MAX_LOG_RATIO_POLICIES
+    from sapo_lab.runs.config import LR_SCHEDULES
+
+    described = {entry.key: entry.comment for entry in config_keys(TrainConfig)}
+    for key, values in (("optimization.lr_scheduler_type", LR_SCHEDULES), ("loss.aggregation", AGGREGATIONS),
+                        ("loss.max_log_ratio_policy", MAX_LOG_RATIO_POLICIES)):
+        assert all(value in re.findall(r"\w+", described[key]) for value in values), (key, described[key])
+    assert not any(re.search(r"\bone of [A-Z_]{3,}", text) for text in described.values())
