@@ -411,6 +411,11 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
     # A process that refused the module or saw it fail to import ends the grading: the checks below say why.
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
+        if isolated:  # one copy, read once: every process grades the same text, whatever becomes of the file
+            snapshot = Path(tmp) / "handed-in" / Path(path).name
+            snapshot.parent.mkdir()
+            shutil.copyfile(path, snapshot)
+            requests = [{**request, "module": str(snapshot)} for request in requests]
         for i, request in enumerate(requests):
             imported = any(run.first("imported") for process_runs, _ in outcomes for run in process_runs)
             outcomes.append(_run_calls(request, Path(tmp) / f"p{i}", time_limit, budget, isolated, imported))
@@ -643,8 +648,12 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
             return PartResult(part, points, 0, f"no gradient reaches logp ({label}): is the result detached?")
     label, exp, _, got = failing[0]
     key = next(k for k in exp if not close(got.get(k) if isinstance(got, dict) else None, exp[k]))
-    return PartResult(part, points, 0, f"wrong {OUTPUT_WORDS.get(key, key)}: "
-                                       f"{_difference(got.get(key), exp[key])} ({label})")
+    said = _difference(got.get(key), exp[key])
+    grad = got.get("grad_logp")
+    if key == "value" and not _shape(exp[key]) and grad is not None and not close(grad, exp.get("grad_logp")):
+        # one wrong number says little; its gradient, a number per token, shows a sign, a factor or the tokens
+        said += f"; the gradient with respect to logp: {_difference(grad, exp['grad_logp'])}"
+    return PartResult(part, points, 0, f"wrong {OUTPUT_WORDS.get(key, key)}: {said} ({label})")
 
 
 def sandbox_status(isolate: bool = True) -> isolation.SandboxStatus:

@@ -247,6 +247,15 @@ def _read_tensors(stream, head: dict):
     return tensors
 
 
+def _sought_sapo_lab(exc: BaseException, refusals: list) -> bool:
+    """Whether the module was refused: by the audit hook, or by looking for sapo_lab where it is not installed (in
+    the sandbox, importlib finds no sapo_lab and raises before any hook hears of it), which is recorded as the
+    hook's refusals are."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "sapo_lab" and not refusals:
+        refusals.append("imports sapo_lab (not installed where a submission runs)")
+    return bool(refusals)
+
+
 def _reply(stream, head: dict, payload: bytes = b"") -> None:
     stream.write(json.dumps(head).encode() + b"\n" + payload)
     stream.flush()
@@ -283,7 +292,7 @@ def serve(fn, fds, refusals, out) -> int:
             _reply(replies, {"not_implemented": True})
             continue
         except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
-            if refusals:
+            if _sought_sapo_lab(exc, refusals):
                 break
             _reply(replies, {"error": _one_line(exc)})
             continue
@@ -437,9 +446,7 @@ def main(argv) -> int:
         sys.modules["student_submission"] = module
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt at import are reported too
-        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "sapo_lab" and not refusals:
-            refusals.append("imports sapo_lab (not installed where a submission runs)")
-        if refusals:
+        if _sought_sapo_lab(exc, refusals):
             _emit(out, event="refused", message=refusals[0])
         else:
             _emit(out, event="import_failed", message=_one_line(exc))
@@ -468,7 +475,7 @@ def main(argv) -> int:
             _emit(out, event="result", key=call["key"], error="not implemented")
             continue
         except BaseException as exc:  # noqa: BLE001 - a student's error is reported, not raised
-            if refusals:
+            if _sought_sapo_lab(exc, refusals):
                 break
             _emit(out, event="result", key=call["key"], error=f"raises {_one_line(exc)}")
             continue

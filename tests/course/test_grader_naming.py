@@ -56,11 +56,11 @@ def test_each_part_names_its_own_error(tmp_path):
     assert notes["group_advantages"].startswith("wrong dtype: returns float32")
     assert notes["gspo_sequence_ratio"].startswith("wrong; most likely mistake: behavior_logp not detached")
     assert "; fix: detach behavior_logp" in notes["gspo_sequence_ratio"]
-    # an unlisted mistake: what differs, in words (the scale), with the value got and expected
+    # an unlisted mistake: what differs, in words: the value got and expected, and the scale its gradient shows
     clipped = notes["clipped_surrogate_loss"]
-    assert clipped.startswith("wrong value: every element is 1.01 times the right one (largest difference at the "
-                              "value: got "), clipped
-    got, expected = map(float, re.search(r"got (\S+), expected (\S+?)\)", clipped).groups())
+    assert clipped.startswith("wrong value: largest difference at the value: got "), clipped
+    assert "; the gradient with respect to logp: every element is 1.01 times the right one" in clipped, clipped
+    got, expected = map(float, re.search(r"got (\S+), expected (\S+?);", clipped).groups())
     assert math.isclose(got, 1.01 * expected, rel_tol=2e-5)
 
 

@@ -80,9 +80,11 @@ LIBRARY_LOSS = ("losses.policy_loss(logp, behavior_logp, advantages, mask, loss_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how, body, says", [
+    # the audit hook's words where no sandbox starts; in the sandbox importlib finds no sapo_lab to open
     ("through importlib inside sapo_loss", "import importlib\n"
      "losses = importlib.import_module('sapo_lab.objective.losses')\n",
-     "imports or reads sapo_lab (opens sapo_lab/__pycache__/__init__"),
+     ("imports or reads sapo_lab (opens sapo_lab/__pycache__/__init__",
+      "imports sapo_lab (not installed where a submission runs)")),
     ("from sys.modules inside sapo_loss", "import sys\nlosses = sys.modules['sapo_lab.objective.losses']\n",
      "KeyError"),
     ("from the library's source file inside sapo_loss", "import importlib.util\n"
@@ -99,7 +101,8 @@ def test_a_module_that_trains_with_the_library_inside_sapo_loss_is_refused(tmp_p
                              f"def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):\n"
                              f"{code}\n")
     result = grader.train_isolated(str(module), "micro", MICRO, min_gain=-1.0, reward=PARITY)
-    assert result.earned == 0 and says in result.note, result.note
+    assert result.earned == 0 and any(s in result.note for s in ((says,) if isinstance(says, str) else says)), \
+        result.note
 
 
 @pytest.mark.slow
