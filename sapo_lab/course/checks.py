@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .mistakes import Mistake, describe_difference
+from .mistakes import Mistake, _distinct, describe_difference
 
 # A float32 result carries about 7 significant digits; a float64 one about 16.
 FLOAT32_RTOL, FLOAT32_ATOL = 2e-5, 1e-6
@@ -122,6 +122,21 @@ def _show(x, limit: int = 30) -> str:
     if isinstance(x, float):
         return f"{x:.6g}"
     return repr(x)
+
+
+def _show_pair(got, want) -> tuple[str, str]:
+    """The got and expected rows: 4 significant digits where that shows a difference; where the two 4-digit forms
+    read the same, each element pair printed with as many digits as it takes to tell them apart."""
+    got_text, want_text = _show(got), _show(want)
+    same_layout = (torch.is_tensor(got) and torch.is_tensor(want) and got.is_floating_point()
+                   and want.is_floating_point() and tuple(got.shape) == tuple(want.shape))
+    if got_text != want_text or not same_layout or "tensor of shape" in got_text:
+        return got_text, want_text
+    g = got.detach().to(torch.float64).reshape(-1).tolist()
+    w = want.detach().to(torch.float64).reshape(-1).tolist()
+    pairs = [_distinct(a + 0.0, b + 0.0) for a, b in zip(g, w, strict=True)]  # + 0.0: no "-0"
+    shape = tuple(want.shape)
+    return _nested([p[0] for p in pairs], shape), _nested([p[1] for p in pairs], shape)
 
 
 def _nested(flat: list[str], shape: tuple) -> str:
@@ -241,11 +256,12 @@ def run_check(ex: Exercise, fn) -> bool:
     else:
         shown = ("", got.value.reshape(want.value.shape) if reason != "shape" else got.value, want.value)
     label, got_shown, want_shown = shown
+    got_text, want_text = _show_pair(got_shown, want_shown)
     lines = [f"{ex.function} is not right yet: it differs from the reference on {len(failures)} of "
              f"{len(cases)} fresh inputs.",
              f"  input:    {_inputs_line(case)}",
-             f"  got:      {label}{'none' if got_shown is None else _show(got_shown)}",
-             f"  expected: {label}{'none' if want_shown is None else _show(want_shown)}"]
+             f"  got:      {label}{'none' if got_shown is None else got_text}",
+             f"  expected: {label}{'none' if want_shown is None else want_text}"]
     mistake = _matching_mistake(ex, failures)
     if mistake is not None:
         lines.append(f"  Known mistake: {mistake.name}.")

@@ -134,3 +134,19 @@ def test_a_wrong_scalar_is_not_explained_by_a_factor_that_any_number_fits():
     with pytest.raises(CheckFailed) as err:
         run_check(loss, lambda x: (x * x).mean())
     assert "times the right one" not in str(err.value) and "largest difference at the value" in str(err.value)
+
+
+def test_got_and_expected_rows_differ_where_four_digits_read_the_same():
+    """A grid search off in the fifth digit (5.586 vs 5.58649) printed two identical rows at 4 significant digits,
+    as if the check rejected the very answer it expects; the rows must show the digits where they part."""
+    peak = Exercise(id="00.peak", function="peak", reference=lambda x: torch.stack([x + 5.58649, x + 3.59812]),
+                    cases=lambda: [dict(x=torch.tensor(0.0, dtype=torch.float64))])
+    with pytest.raises(CheckFailed) as err:
+        run_check(peak, lambda x: torch.stack([x + 5.586, x + 3.59812]))
+    rows = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in str(err.value).splitlines()[2:4]}
+    assert rows["got"] != rows["expected"], rows
+    assert rows["got"].startswith("[5.586") and rows["expected"].startswith("[5.58649"), rows
+    # rows that differ at 4 digits keep the short form
+    with pytest.raises(CheckFailed) as err:
+        run_check(peak, lambda x: torch.stack([x + 8.33, x + 4.994]))
+    assert "got:      [8.33, 4.994]" in str(err.value) and "expected: [5.586, 3.598]" in str(err.value)
