@@ -199,10 +199,13 @@ def train(s: Settings | None = None, loss_fn=sapo_loss, log=print) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loss", choices=("sapo", "grpo"), default="sapo")
-    parser.add_argument("--steps", type=int, default=Settings.steps)
-    parser.add_argument("--seed", type=int, default=Settings.seed)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--loss", choices=("sapo", "grpo"), default="sapo",
+                        help="policy loss: SAPO's soft gate or GRPO's clipped ratio")
+    parser.add_argument("--steps", type=int, default=Settings.steps, help="RL steps after the warm start")
+    parser.add_argument("--seed", type=int, default=Settings.seed,
+                        help="seed of the initial weights and the draws while training")
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error(f"--steps must be >= 0, got {args.steps}")

@@ -107,3 +107,14 @@ def test_it_stays_one_short_file_without_the_librarys_loss_or_trainer():
     imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
     assert {m for m in imported if m and m.startswith("sapo_lab")} <= {"sapo_lab.tasks.addition",
                                                                        "sapo_lab.training.model"}
+
+
+def test_the_help_says_what_each_flag_does_and_its_default(capsys):
+    # catches a flag listed bare ("--steps STEPS" with no words), or its default left out, so that a reader cannot
+    # tell how long the run is or what --loss swaps; the defaults are the Settings fields', typed here
+    with pytest.raises(SystemExit):
+        nano_sapo.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())
+    for flag, default in (("--loss {sapo,grpo}", "sapo"), ("--steps STEPS", "150"), ("--seed SEED", "0")):
+        described = text.split(flag, 1)[1].split(" --", 1)[0]
+        assert f"(default: {default})" in described and len(described.split()) > 3, (flag, described)
