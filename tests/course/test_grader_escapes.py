@@ -408,8 +408,10 @@ def test_a_module_whose_every_function_sleeps_is_stopped_by_the_budget(tmp_path)
     assert notes["masked_mean"] == "exceeded the time limit (1 s) (frozen case 1)", notes
     ran_out = "not graded: the time budget ran out (2.5 s for all the module's calls, --budget)"
     assert all(notes[p].startswith(ran_out) for p in ("sapo_loss", "update_loss", "clipped_surrogate_loss")), notes
-    assert "1 s for each call (--time-limit), 2.5 s for all the module's calls together (--budget)" in \
-        "\n".join(report.lines())
+    lines = report.lines()
+    assert "time limits: 1 s for each call (--time-limit), 2.5 s for all the module's calls together (--budget)" \
+        in lines, lines
+    assert lines[1] == isolation.sandbox_status().line, lines  # the second line: how the code ran
 
 
 def _children(pid: int) -> set[int]:
@@ -498,3 +500,17 @@ def test_a_submission_reached_through_a_linked_folder_into_the_checkout_is_refus
     (tmp_path / "student").symlink_to(HANDOUT.parent, target_is_directory=True)
     with pytest.raises(grader.NotGradable, match="leads into the grader's checkout through a linked folder"):
         grader.grade(str(tmp_path / "student" / HANDOUT.name), seed=SEED, parts=["group_advantages"])
+
+
+def test_a_run_without_a_sandbox_says_on_every_report_that_it_is_not_for_credit(tmp_path, monkeypatch):
+    # catches: a grader that falls back to the audit hook alone (bubblewrap missing or failing) in silence, on the
+    # report or on the one line of a module it cannot grade
+    from _grade_cli import grade_in_process
+
+    monkeypatch.setenv("SAPO_LAB_GRADE_NO_SANDBOX", "1")
+    report = grader.grade(str(HANDOUT), seed=SEED, parts=["group_advantages"])
+    assert report.passed and report.lines()[1].startswith("NOT ISOLATED: SAPO_LAB_GRADE_NO_SANDBOX is set; ")
+    assert report.lines()[1].endswith("not for credit"), report.lines()
+    run = grade_in_process(str(write(tmp_path, "raise SystemExit(3)\n", with_handout=False)), "--seed", "1")
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "does not import: SystemExit: 3 [NOT ISOLATED: " in run.stderr and "not for credit]" in run.stderr
