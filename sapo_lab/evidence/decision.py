@@ -207,7 +207,8 @@ class Replication:
         if len({c for c, _ in distinct}) > 1 or any(dirty for _, dirty in distinct):
             who = f"its {_number(self.shards)} shards" if self.shards > 1 else "its invocations"
             named = _joined([c + (" with uncommitted changes" if dirty else "") for c, dirty in distinct])
-            parts.append(f"{who} ran from {'different commits' if len(distinct) > 1 else 'commit'} ({named})")
+            several = len({c for c, _ in distinct}) > 1
+            parts.append(f"{who} ran from {'different commits' if several else 'one commit'} ({named})")
         if self.resumed:
             runs = _joined(list(self.resumed))
             parts.append(f"{runs} {'was' if len(self.resumed) == 1 else 'were'} resumed from a checkpoint partway "
