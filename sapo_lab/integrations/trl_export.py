@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import time
 
 from ..runs.doctor import TRAINER_STATE
@@ -18,8 +19,9 @@ from .trl import PROMPT_FORMATS, TESTED_TRL_VERSION, check_supported, per_device
 SCRIPT_TEMPLATE = '''#!/usr/bin/env python
 """Train {model_in_docstring} with TRL's GRPOTrainer on the config exported by `python -m sapo_lab export-trl`.
 
-Needs sapo_lab (for the task, its verifier and the config mapping) and TRL {trl_version}.x:
-    pip install "sapo-lab[trl]"   # or, in a checkout: pip install -r requirements-trl.txt -e .
+Needs sapo_lab (for the task, its verifier and the config mapping) and TRL {trl_version}.x, in an environment of
+their own made from a sapo_lab checkout (see README.md):
+{install}
 One process:  accelerate launch --config_file accelerate_config.yaml train_trl.py
 See README.md for N GPUs and DeepSpeed ZeRO-2.
 """
@@ -79,6 +81,12 @@ main_training_function: main
 use_cpu: false
 """
 
+# The one install route both files give: TRL's pinned environment (requirements-trl.txt), kept apart from the
+# book's .venv, with the checkout installed editable on top of it (sapo_lab is on no package index).
+INSTALL_LINES = """\
+python3 -m venv .venv-trl && . .venv-trl/bin/activate    # TRL's own environment; run in a sapo_lab checkout
+pip install -r requirements-trl.txt && pip install --no-deps -e .    # TRL's pins, then sapo_lab itself"""
+
 README_TEMPLATE = """# TRL run exported from sapo_lab
 
 Config `{source}`, model `{model}`, prompt format `{prompt_format}`; TRL {trl_version}.x.
@@ -90,7 +98,7 @@ K = {k} optimizer steps. TRL's per-device batch is responses / (K x processes), 
 count must divide {per_step} (responses per optimizer step).
 
 ```bash
-pip install -r requirements-trl.txt && pip install --no-deps -e .    # in a sapo_lab checkout
+{install}
 # one process (CPU or one GPU)
 accelerate launch --config_file accelerate_config.yaml train_trl.py --output-dir run1
 # N GPUs on one machine (DDP)
@@ -137,12 +145,14 @@ def export(cfg, output_dir: str, *, source: str, model: str | None = None, promp
             model_in_docstring=repr(cfg.model.name_or_path).replace('"', '\\"'),
             prompt_format=prompt_format,
             trl_version=TESTED_TRL_VERSION,
+            install=textwrap.indent(INSTALL_LINES, "    "),
         ),
         "accelerate_config.yaml": ACCELERATE_CONFIG,
         "config.json": json.dumps(data, indent=2, sort_keys=True) + "\n",
         "README.md": README_TEMPLATE.format(
             source=source, model=cfg.model.name_or_path, prompt_format=prompt_format, trl_version=TESTED_TRL_VERSION,
             responses=n, prompts=r.prompts_per_rollout, g=r.num_generations, k=k, per_step=n // k,
+            install=INSTALL_LINES,
         ),
     }
     paths = []
