@@ -401,15 +401,16 @@ def test_a_module_whose_every_function_sleeps_is_stopped_by_the_budget(tmp_path)
     # catches: no bound on the whole grading (the issue: 42 hung calls, each restarting a process, 87 minutes at
     # the default limit), a hung part taking the next part's grading with it (masked_mean must still be tried
     # and time out on its own), or a budget the report does not state
-    report = grader.grade(str(write(tmp_path, SLEEPS, with_handout=False)), seed=SEED, time_limit=1, budget=2.5)
+    # limits of seconds, so that a loaded machine's slow import stays within them
+    report = grader.grade(str(write(tmp_path, SLEEPS, with_handout=False)), seed=SEED, time_limit=2, budget=6)
     notes = {p.part: p.note for p in report.parts}
     assert all(p.earned == 0 for p in report.parts), report.lines()
-    assert notes["group_advantages"] == "exceeded the time limit (1 s) (frozen case 1)", notes
-    assert notes["masked_mean"] == "exceeded the time limit (1 s) (frozen case 1)", notes
-    ran_out = "not graded: the time budget ran out (2.5 s for all the module's calls, --budget)"
+    assert notes["group_advantages"] == "exceeded the time limit (2 s) (frozen case 1)", notes
+    assert notes["masked_mean"] == "exceeded the time limit (2 s) (frozen case 1)", notes
+    ran_out = "not graded: the time budget ran out (6 s for all the module's calls, --budget)"
     assert all(notes[p].startswith(ran_out) for p in ("sapo_loss", "update_loss", "clipped_surrogate_loss")), notes
     lines = report.lines()
-    assert "time limits: 1 s for each call (--time-limit), 2.5 s for all the module's calls together (--budget)" \
+    assert "time limits: 2 s for each call (--time-limit), 6 s for all the module's calls together (--budget)" \
         in lines, lines
     assert lines[1] == isolation.sandbox_status().line, lines  # the second line: how the code ran
 
