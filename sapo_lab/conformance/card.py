@@ -121,9 +121,13 @@ class ReportCard:
             if p.get("passes_only_here"):
                 said.append(f"conforms where {self.dtype} differs: {', '.join(p['passes_only_here'])}")
             text = "; ".join(said) or f"agrees with {self.dtype}"
-            if p.get("overflow_above") is not None:
-                text += (f"; exp(log r) overflows it above log r = {p['overflow_above']:+.2f} (NaN there, as in any "
+            above, limit = p.get("overflow_above"), p.get("exp_range")
+            if above is not None and (limit is None or abs(above - limit) < 0.05):
+                text += (f"; exp(log r) overflows it above log r = {above:+.2f} (NaN there, as in any "
                          "loss that does not clamp log r; not counted)")
+            elif above is not None:
+                text += (f"; NaN above log r = {above:+.2f}, past its exp range (log r > {limit:.2f}), as in any loss "
+                         "that does not clamp log r; not counted")
             out.append(f"{dtype}: {text}")
         return out
 

@@ -15,7 +15,10 @@ What the batch row checks, on four responses of 3, 1, 4 and 2 tokens with A = 1.
   its token share for a token pool, 1 for a sum), and the full value is the halves' values weighted by those
   factors.
 
-Both hold for every aggregation the audit knows; each is judged within the audit's allowance.
+Both hold for every aggregation the audit knows; each is judged within the audit's allowance. A reversed batch that
+differs only after the original order was seen (the same reversed responses at a new padded length agree) is state,
+not order, and the loss cannot be audited; so is a loss whose first batch, asked again after every check, is
+answered differently.
 """
 
 from __future__ import annotations
@@ -56,22 +59,49 @@ def _scale(m) -> float:
     return top if top > 0 else 1.0
 
 
-def check_deterministic(ctx: Context) -> None:
+def _gaps(first, second) -> tuple[float, float]:
+    """How far two answers to the same batch are apart: (value gap, largest gradient gap), relative to the first."""
+    scale = _scale(first)
+    value_gap = abs(first.value - second.value) / max(abs(first.value), scale)
+    return value_gap, float((first.grad - second.grad).abs().max()) / scale
+
+
+def check_deterministic(ctx: Context):
     """AdapterError when two calls on the same batch disagree beyond the allowance (random, or state kept across
-    calls): no reading of the audit's probes would be reproducible."""
+    calls): no reading of the audit's probes would be reproducible. Returns the first answer (None when the loss
+    raised or is not finite here), for :func:`check_still_deterministic` to compare with at the end."""
     batch = consistency_batch()
     first, second = ctx.call(batch), ctx.call(batch)
     if first.error or second.error or not math.isfinite(first.value):
-        return  # the rows report a loss that raises or is not finite here
-    scale = _scale(first)
-    value_gap = abs(first.value - second.value) / max(abs(first.value), scale)
-    grad_gap = float((first.grad - second.grad).abs().max()) / scale
+        return None  # the rows report a loss that raises or is not finite here
+    value_gap, grad_gap = _gaps(first, second)
     allowance = ctx.tol.grad
     if not (value_gap <= allowance and grad_gap <= allowance):  # a nan gap is a difference too
         raise AdapterError(
             f"the loss is not deterministic: two calls on the same batch gave values {first.value:.6g} and "
             f"{second.value:.6g} and gradients apart by {grad_gap:.3g} of the largest (allowance {allowance:.0e}): "
             "it draws random numbers or keeps state across calls, so no check can be read; nothing was audited")
+    return first
+
+
+def check_still_deterministic(ctx: Context, first) -> None:
+    """AdapterError when the batch of :func:`check_deterministic`, called again after every check, is answered
+    differently: state that changes after some calls (a schedule, a counter) makes every reading in between a
+    mixture of two losses, which two back-to-back calls at the start cannot see."""
+    if first is None:
+        return
+    last = ctx.call(consistency_batch())
+    if last.error:
+        raise AdapterError(f"not deterministic across the audit: the batch it answered first raised {last.error} "
+                           "when called again after every check; nothing was audited")
+    value_gap, grad_gap = _gaps(first, last)
+    allowance = ctx.tol.grad
+    if not (value_gap <= allowance and grad_gap <= allowance):
+        raise AdapterError(
+            f"not deterministic across the audit: the batch it answered first, called again after every check, gave "
+            f"value {last.value:.6g} instead of {first.value:.6g} and gradients apart by {grad_gap:.3g} of the "
+            f"largest (allowance {allowance:.0e}): the loss keeps state that changes across calls (a counter, a "
+            "schedule, a running statistic), so its checks read different losses; nothing was audited")
 
 
 def _proportional(full: torch.Tensor, part: torch.Tensor) -> tuple[float, float]:
@@ -83,6 +113,32 @@ def _proportional(full: torch.Tensor, part: torch.Tensor) -> tuple[float, float]
     c = float((full * part).sum()) / denominator
     top = float(full.abs().max()) or 1.0
     return c, float((full - c * part).abs().max()) / top
+
+
+def padded(batch: Batch) -> Batch:
+    """``batch`` with one more padding position: the same responses at a padded length the audit has not used."""
+    def column(x, fill):
+        return torch.cat([x, torch.full_like(x[:, :1], fill)], dim=1)
+    return Batch(column(batch.logp, 0.0), column(batch.old, 0.0), batch.adv, column(batch.mask, False))
+
+
+def _order_or_state(ctx: Context, batch: Batch, order: list, full) -> None:
+    """AdapterError when the reversed batch's difference is state, not order: the same reversed responses, called
+    first at a padded length not seen before, get the full batch's gradients reversed (a value cached by batch
+    shape, say, computed for the original order and reused for the reversed one)."""
+    fresh = ctx.call(padded(rows_of(batch, order)))
+    if fresh.error or not math.isfinite(fresh.value):
+        return
+    scale = _scale(full)
+    value_gap = abs(fresh.value - full.value) / max(abs(full.value), scale)
+    grad_gap = float((fresh.grad[:, :-1] - full.grad[order]).abs().max()) / scale
+    allowance = ctx.tol.grad
+    if value_gap <= allowance and grad_gap <= allowance:
+        raise AdapterError(
+            "not deterministic across calls: the responses reversed get other gradients right after the original "
+            "order, but the full batch's gradients reversed when called first at a new padded length: the loss "
+            "keeps state from earlier calls (a value cached by batch shape, say), not an order dependence; "
+            "nothing was audited")
 
 
 def batch_row(ctx: Context) -> Row:
@@ -106,6 +162,7 @@ def batch_row(ctx: Context) -> Row:
     order_grad = float((reversed_.grad - full.grad[order]).abs().max()) / scale
     values["order"] = {"value_gap": order_value, "gradient_gap": order_grad}
     if not (order_value <= allowance and order_grad <= allowance):
+        _order_or_state(ctx, batch, order, full)
         problems.append(f"the responses reversed change the value by {order_value:.3g} and the gradients by up to "
                         f"{order_grad:.3g} of the largest")
 

@@ -9,7 +9,7 @@ import platform
 import torch
 
 from .card import ReportCard
-from .consistency import batch_row, check_deterministic
+from .consistency import batch_row, check_deterministic, check_still_deterministic
 from .context import (
     AGGREGATION,
     BATCH,
@@ -117,7 +117,7 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
     dtype = DTYPES[dtype_name]
 
     ctx = Context(loss_fn, tau_pos, tau_neg, dtype, device, level)
-    check_deterministic(ctx)  # before any reading: a loss that answers twice differently cannot be audited
+    first = check_deterministic(ctx)  # before any reading: a loss that answers twice differently cannot be audited
     rows = {BATCH: batch_row(ctx)}
     rows[AGGREGATION] = aggregation_row(ctx)  # then the aggregation: later checks use its weights
     # then the temperatures (a tau held in float32 sets float32's tolerances for what follows)
@@ -136,6 +136,7 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
     if zero_tau.verdict == "differs" and "advantage_shift" not in rows[ZERO_ADVANTAGE].values:
         zero_tau.summary = f"{TEMPERATURE_ZERO}: {zero_tau.measured}"  # the shift is not confirmed by the A = 0 group
     rows[EMPTY_RESPONSE], rows[EMPTY_BATCH] = empty_rows(ctx)
+    check_still_deterministic(ctx, first)  # state that changed partway would make the rows read two losses
     lead = leading_finding(rows)
     if lead:
         measurements_only(rows, lead)
@@ -144,7 +145,7 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
 
     versions = {"sapo_lab": __version__, "torch": torch.__version__, "python": platform.python_version()}
     meta = {**(meta or {}), **({"precision": precision} if precision else {})}
-    meta["allowance"] = allowance_text(dtype_name, ctx.tol.grad)
+    meta["allowance"] = allowance_text(dtype_name, ctx.tol.grad, ctx.held_dtype)
     if ctx.changed_inputs:
         names = ", ".join(n for n in ("logp", "old_logp", "advantages", "mask") if n in ctx.changed_inputs)
         meta["changes_inputs"] = (f"the loss changes its arguments in place ({names}): the audit gave it copies, so "
@@ -153,9 +154,17 @@ def _audit_at(loss_fn, name, tau_pos, tau_neg, dtype, level, device, meta, findi
                       versions, meta, finding_level, lead=lead)
 
 
-def allowance_text(dtype_name: str, allowance: float) -> str:
-    return (f"allowance ({dtype_name}): a difference up to {allowance:.0e} of the on-policy gradient is rounding; a "
-            f"clamp is credited when it changes no gradient by more than {max(MATERIAL, allowance):.0e} of it")
+def allowance_text(dtype_name: str, allowance: float, held_dtype=None) -> str:
+    """The allowance line; loosened to ``held_dtype``'s when the loss holds its temperatures in that dtype."""
+    own = TOLERANCES[DTYPES[dtype_name]].grad
+    loosened = ""
+    if allowance > own and held_dtype is not None:
+        held = str(held_dtype).removeprefix("torch.")
+        loosened = (f" (loosened from {dtype_name}'s {own:.0e} to {held}'s: the loss holds its temperatures in "
+                    f"{held}, whose rounding is no difference)")
+    return (f"allowance ({dtype_name}): a difference up to {allowance:.0e} of the on-policy gradient is rounding"
+            f"{loosened}; a clamp is credited when it changes no gradient by more than {max(MATERIAL, allowance):.0e} "
+            "of it")
 
 
 def leading_finding(rows: dict) -> str:
@@ -172,7 +181,14 @@ def measurements_only(rows: dict, lead: str) -> None:
     """Every difference but ``lead`` is told by its measurement alone: a cause read from it would be a guess."""
     for prop, row in rows.items():
         if prop != lead and row.verdict == "differs":
-            row.summary = f"{prop}: {row.measured}"
+            row.summary = measurement_line(row)
+
+
+def measurement_line(row) -> str:
+    """The row's difference as numbers, without a cause (a row whose ``measured`` names one keeps a plain
+    version in ``values['measurement']``)."""
+    plain = row.values.get("measurement") if isinstance(row.values, dict) else None
+    return f"{row.property}: {plain or row.measured}"
 
 
 # Precisions below the audited one that a training run uses: float32, and bfloat16 where the loss accepts it.
@@ -197,10 +213,14 @@ def compare_precision(wide: ReportCard, narrow: ReportCard) -> dict:
     """Where the narrower precision's verdicts disagree with the wider one's.
 
     A check that differs only at the narrower precision is a difference of the loss (a code path taken only
-    there), except exp(log r) overflowing the narrower dtype's range at the extreme ratios, which any loss that
-    does not clamp log r shows and the paper's formula itself shows in that dtype: that is said, not counted.
+    there), except a NaN at the extreme ratios past the narrower dtype's exp range (|log r| above ln of its
+    largest number), which any loss that does not clamp log r shows and the paper's formula itself shows in that
+    dtype: that is said, not counted. Its line names no cause where the wider card names none (a leading finding)
+    nor in bfloat16, whose rounding can mimic one; there it states what was measured.
     """
     overflow = _range_overflow(narrow)
+    if wide.lead:
+        measurements_only({r.property: r for r in narrow.rows}, wide.lead)
     only_here, passes_here = {}, []
     for row in narrow.checks:
         try:
@@ -210,21 +230,28 @@ def compare_precision(wide: ReportCard, narrow: ReportCard) -> dict:
         if other.verdict == "info":
             continue
         if other.verdict == "pass" and row.verdict != "pass" and not (row.property == EXTREME and overflow):
-            only_here[row.property] = row.line()
+            only_here[row.property] = measurement_line(row) if narrow.dtype == "bfloat16" else row.line()
         elif other.verdict != "pass" and row.verdict == "pass":
             passes_here.append(row.property)
     return {"audited": True, "verdict": narrow.verdict_line(), "differs_only_here": only_here,
-            "passes_only_here": passes_here, "overflow_above": overflow}
+            "passes_only_here": passes_here, "overflow_above": overflow, "exp_range": exp_range(narrow.dtype)}
+
+
+def exp_range(dtype_name: str) -> float:
+    """ln of the dtype's largest number: exp of anything above overflows it."""
+    return math.log(torch.finfo(DTYPES[dtype_name]).max)
 
 
 def _range_overflow(card: ReportCard) -> float | None:
-    """log r above which exp overflows the card's dtype, when that is the extreme-ratio row's only finding."""
+    """The lowest log r above which the loss is not finite, when every finding of the extreme-ratio row is a NaN
+    past the card dtype's exp range (from exp(log r) overflowing, or exp(old_logp) underflowing in a quotient of
+    probabilities); None otherwise."""
     row = card.row(EXTREME)
     if row.verdict != "differs":
         return None
-    limit = math.log(torch.finfo(DTYPES[card.dtype]).max)
+    limit = exp_range(card.dtype)
     found = [v for sign in ("A > 0", "A < 0") for v in (row.values.get(sign) or {}).values()
              if isinstance(v, dict) and not v.get("harmless")]
-    if found and all(v["kind"] == "nonfinite" and abs(v["threshold"] - limit) < 0.05 for v in found):
+    if found and all(v["kind"] == "nonfinite" and v["threshold"] >= limit - 0.05 for v in found):
         return min(v["threshold"] for v in found)
     return None

@@ -34,6 +34,13 @@ REPORTED = (20.0, 50.0, 100.0)
 BISECTION_STEPS = 40
 MATERIAL = 1e-6  # a clamp that changes no token's gradient by more than this share of the on-policy one passes
 
+# The same, as a measurement alone: what a card that names no cause says.
+KIND_MEASURED = {
+    "zero": "gradient exactly 0",
+    "frozen": "gradient constant past it",
+    "nonfinite": "NaN or inf in the value or gradient",
+    "deviates": "gradient differs from the paper's",
+}
 KIND_TEXT = {
     "zero": "gradient exactly 0 (a clamp, or the token skipped)",
     "frozen": "gradient frozen at its threshold value (a clamp that keeps the gradient)",
@@ -88,18 +95,22 @@ def _threshold(ctx: Context, sign: float, good: float, bad: float) -> tuple[floa
 
 
 def _overflow_hint(ctx: Context, kind: str, thr: float) -> str:
-    """Why a NaN appears where it does: exp(log r) leaving the dtype's range."""
+    """Why a NaN appears where it does: past the dtype's exp range above r = 1 (a NaN below r = 1 is no overflow of
+    exp(log r), which only underflows to 0 there)."""
     limit = math.log(torch.finfo(ctx.dtype).max)
-    if kind == "nonfinite" and abs(abs(thr) - limit) < 0.05:
-        return f"exp(log r) overflows {str(ctx.dtype).removeprefix('torch.')}; a clamp of log r (e.g. +-20) prevents it"
-    return ""
+    name = str(ctx.dtype).removeprefix("torch.")
+    if kind != "nonfinite" or thr < limit - 0.05:
+        return ""
+    if abs(thr - limit) < 0.05:
+        return f"exp(log r) overflows {name}; a clamp of log r (e.g. +-20) prevents it"
+    return f"past {name}'s exp range (log r > {limit:.2f}); a clamp of log r (e.g. +-20) prevents it"
 
 
 def extreme_row(ctx: Context) -> Row:
     """Extreme log-ratios: finite value and gradient, NaN, or a clamp, with the threshold found by bisection."""
     expected = (f"finite at every |log r| <= {GRID[-1]:g}, equal to the closed form (a clamp that changes no "
                 f"gradient by more than {MATERIAL:g} of the on-policy one is credited)")
-    findings, credited, values, points = [], [], {}, {}
+    findings, credited, values, points, plain = [], [], {}, {}, []
     summaries, notes = {}, {}  # one line per finding, the signs it holds for gathered
     for sign in (1.0, -1.0):
         label = "A > 0" if sign > 0 else "A < 0"
@@ -130,6 +141,9 @@ def extreme_row(ctx: Context) -> Row:
             hint = _overflow_hint(ctx, kind, thr)
             short = {"zero": "gradient 0", "frozen": "gradient frozen", "nonfinite": "NaN",
                      "deviates": "gradient off the closed form", "error": "the loss raises"}[kind]
+            if not harmless:
+                plain.append(f"{label}: " + (text if kind == "error" else KIND_MEASURED[kind])
+                             + f" {where} log r = {thr:+.4f}")
             if harmless:
                 credited.append(f"{finding}; it changes the gradient by <= {impact:.2g} of the on-policy one")
                 notes.setdefault(f"{short} {where} log r = {thr:+.2f}", [impact, []])[1].append(label)
@@ -149,12 +163,13 @@ def extreme_row(ctx: Context) -> Row:
     if not findings:
         compared = "equal to the closed form" if ctx.shape_ok else "finite (values not compared: the shape differs)"
         measured = (f"{compared} at log r = +-20, +-50, +-100, both signs" if not credited
-                    else "finite; a harmless clamp: " + "; ".join(credited))
-        note = "; ".join(f"{k} ({', '.join(signs)}): a harmless clamp, a change <= {impact:.2g} of the on-policy "
-                         "gradient" for k, (impact, signs) in notes.items())
+                    else "finite; harmless: " + "; ".join(credited))
+        note = "; ".join(f"{k} ({', '.join(signs)}) (harmless: the coefficient is below the allowance there, a "
+                         f"change <= {impact:.2g} of the on-policy gradient)" for k, (impact, signs) in notes.items())
         return Row(EXTREME, expected, measured, "pass", detail, values, note)
     summary = "; ".join(f"{k} ({', '.join(signs)})" + (f": {why}" if why else "") for k, (why, signs) in
                         summaries.items())
+    values["measurement"] = "; ".join(plain)
     return Row(EXTREME, expected, "; ".join(findings + [f"credited: {c}" for c in credited]), "differs", detail,
                values, f"extreme log-ratios: {summary}")
 

@@ -271,6 +271,7 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
     """
     shape_expected = "g(r)/g(1) = r sech^2(tau (r-1)/2) with the paper's tau"
     errors, details, values, temp_rows, causes, curves = {}, [], {}, [], {}, {}
+    raised = set()  # the signs whose probe raised (the others in ``errors`` returned an unreadable gradient)
     failed_shape = False
     held = {}
     for sign, prop in ((1.0, TEMPERATURE_POS), (-1.0, TEMPERATURE_NEG)):
@@ -282,11 +283,12 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         if m.error:
             temp_rows.append(error_row(prop, t_expected, m.error))
             errors[label] = m.error
+            raised.add(label)
             continue
         g = m.grad[:, 0]
         r = torch.exp(m.log_ratio[:, 0])
         if float(g[0]) == 0.0 or not bool(torch.isfinite(g).all()):
-            measured = "gradient at r = 1 is 0" if float(g[0]) == 0.0 else "non-finite gradient"
+            measured = _unreadable(g)
             temp_rows.append(Row(prop, t_expected, f"not measurable: {measured}", "differs",
                                  summary=f"{prop}: not measurable, {measured}"))
             errors[label] = measured
@@ -337,8 +339,13 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
     ctx.tau_pos, ctx.tau_neg = held.get(1.0, ctx.tau_pos), held.get(-1.0, ctx.tau_neg)
     ctx.shape_ok = not failed_shape and not errors
     zero_row = _temperature_zero_row(ctx)
-    if errors and len(errors) == 2:
+    if errors and len(raised) == 2:
         shape = error_row(GATE_SHAPE, shape_expected, "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    elif errors and len(errors) == 2:  # it returned, with nothing to read the shape from
+        what = "; ".join(f"{k}: {'raised ' if k in raised else ''}{v}" for k, v in errors.items())
+        shape = Row(GATE_SHAPE, shape_expected, f"not measurable: {what}", "differs",
+                    "single-token responses at log r in " + str(list(SHAPE_LOG_RATIOS)),
+                    summary=f"gradient shape r*w_tau(r) not measurable: {what}")
     else:
         ok = not failed_shape and not errors
         measured = "matches" if ok else "differs: " + "; ".join(details + [f"{k}: {v}" for k, v in errors.items()])
@@ -362,6 +369,15 @@ def shape_rows(ctx: Context) -> tuple[Row, Row, Row, Row]:
         shape = Row(GATE_SHAPE, shape_expected, measured, verdict(ok),
                     "single-token responses at log r in " + str(list(SHAPE_LOG_RATIOS)), values, summary)
     return shape, temp_rows[0], temp_rows[1], zero_row
+
+
+def _unreadable(g: torch.Tensor) -> str:
+    """Why a gradient curve cannot be read, in the loss's own terms (it returned; it did not raise)."""
+    if not bool(torch.isfinite(g).all()):
+        return "non-finite gradient (" + ("nan" if bool(torch.isnan(g).any()) else "inf") + ")"
+    if bool((g == 0).all()):
+        return "zero gradient at every ratio"
+    return "gradient at r = 1 is 0"
 
 
 def _temperature_hint(ctx: Context, sign: float, fitted: float, bound: float) -> str:

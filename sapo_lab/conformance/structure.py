@@ -112,6 +112,10 @@ def level_row(ctx: Context) -> Row:
     else:
         measured, kind = f"mixed: shared within some responses only (spreads {[fmt(s) for s in spreads]})", "other"
     values["level"] = kind
+    if kind in ("sequence", "sequence_other") or measured.startswith("mixed"):  # a reading of the spreads
+        values["measurement"] = ("the token gradients of each response spread by "
+                                 + ", ".join(fmt(x) for x in spreads)
+                                 + f" of their largest (tokens share one gradient within {shared_tol:.2g})")
     summary = "" if kind == ctx.level else f"importance-sampling level: {measured} ({expected} expected)"
     return Row(LEVEL, expected, measured, verdict(kind == ctx.level),
                "responses of 3 and 2 tokens with different token ratios; tokens of a response share their gradient "
@@ -195,6 +199,11 @@ def _empty_response_row(ctx: Context) -> Row:
         return Row(EMPTY_RESPONSE, expected, "the empty response's padding gets a gradient", "differs",
                    summary="an empty response's padding gets a gradient")
     base = -batch.adv[:, None] * ctx.k(batch.adv)[:, None]
+    if not float(ctx.k(batch.adv).abs().max()) > 0:  # nothing to predict the other responses' gradients from
+        return Row(EMPTY_RESPONSE, expected, "finite; the others' weights not measurable: the on-policy gradient "
+                   f"measured 0 (factor {fmt(ctx.k_pos)} for A > 0, {fmt(ctx.k_neg)} for A < 0)", "differs",
+                   summary="empty response in a batch: finite, but the other responses' weights are not measurable "
+                           "(the on-policy gradient measured 0)")
     fits = {}
     for label, count in (("left out of the mean", False), ("counted in the mean", True)):
         pred = base * ctx.weights(batch.mask, count_empty=count)
