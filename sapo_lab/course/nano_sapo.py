@@ -32,6 +32,8 @@ CHAR = {i: c for c, i in TOKEN.items()}
 
 @dataclass
 class Settings:
+    """Every setting of a nano_sapo run, with its default."""
+
     steps: int = 150  # RL steps (one sampled batch each)
     prompts: int = 32  # P prompts per step
     group: int = 8  # G answers per prompt
@@ -48,6 +50,7 @@ class Settings:
 
 # ---- the task: addition problems, their token ids, and the verifier -----------------------------------------------
 def encode(text: str) -> list[int]:
+    """The token ids of a prompt or an answer."""
     return [TOKEN[c] for c in text]
 
 
@@ -134,6 +137,7 @@ def grpo_loss(logp, old_logp, advantages, mask, eps=0.2, aggregation="per_respon
 
 # ---- the warm start: supervised learning on the right answers ----------------------------------------------------
 def warm_start(model, splits, s: Settings, max_len, log=print):
+    """Supervised steps on right answers until dev Pass@1 reaches ``s.warm_target`` (or ``s.warm_updates``)."""
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     gen = random.Random(s.seed)
     for update in range(1, s.warm_updates + 1):
@@ -199,6 +203,7 @@ def train(s: Settings | None = None, loss_fn=sapo_loss, log=print) -> dict:
 
 
 def main(argv=None) -> None:
+    """The command line: ``python -m sapo_lab.course.nano_sapo [--loss grpo] [--steps N] [--seed S]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--loss", choices=("sapo", "grpo"), default="sapo",
