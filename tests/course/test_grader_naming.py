@@ -197,16 +197,17 @@ def test_every_catalogued_mistake_is_named_from_its_own_outputs():
 
 
 def test_a_result_of_a_wrong_shape_is_named_a_shape_however_large_or_deep(tmp_path):
-    # catches: an honest wrong shape (a 4-d loss, or a tensor of a million elements) sent as numbers the
-    # message schema refuses, so the student reads "a message it does not accept" instead of the shape
+    # catches: an honest wrong shape (a 4-d ratio, or a tensor of a million elements) sent as numbers the
+    # message schema refuses, so the student reads "a message it does not accept" instead of the shape (both parts
+    # are graded in one process)
     module = planted(tmp_path, {
-        'return masked_mean(-adv * sapo_gate(ratio, tau), mask, "per_response")':
-            'return masked_mean(-adv * sapo_gate(ratio, tau), mask, "per_response").reshape(1, 1, 1, 1)',
+        "return torch.exp(mean_log_ratio)": "return torch.exp(mean_log_ratio).reshape(-1, 1, 1, 1)",
         "return 4.0 / tau * torch.sigmoid(tau * (ratio - 1.0))":
             "return (4.0 / tau * torch.sigmoid(tau * (ratio - 1.0)))[:, None].expand(-1, 10_000)",
     })
-    report = grader.grade(str(module), seed=SEED, parts=["sapo_gate", "sapo_loss"])
+    report = grader.grade(str(module), seed=SEED, parts=["sapo_gate", "gspo_sequence_ratio"])
     notes = {p.part: p.note for p in report.parts}
-    assert notes["sapo_loss"].startswith("wrong shape: returns (1, 1, 1, 1) for the loss, expected ()"), notes
+    assert notes["gspo_sequence_ratio"].startswith("wrong shape: returns ("), notes
+    assert ", 1, 1, 1) for value, expected (" in notes["gspo_sequence_ratio"], notes
     assert notes["sapo_gate"].startswith("wrong shape: returns ("), notes
     assert ", 10000) for value" in notes["sapo_gate"], notes
