@@ -1,4 +1,4 @@
-# Two commands for a fresh Linux machine with Python 3.10+: `make book` and `make test`.
+# A fresh Linux machine with Python 3.11+: `make venv`, then `make book` and `make test` (`make help` lists the targets).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,10 +13,18 @@ NB_PAR ?= -n 2 --dist loadfile
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.
 ONE_THREAD := OMP_NUM_THREADS=1
 
-.PHONY: venv static book book-html book-then-browser lint unit nbval student browser lab test train clean min-test trl-test \
+.PHONY: help venv static book book-html book-then-browser lint unit nbval student browser lab test train clean min-test trl-test \
 	conformance colab-test
 
+# The pinned environment's transformers needs Python 3.11: an older one is refused in one line (make's $(error)),
+# before pip's resolver would fail at length. An existing .venv is the Python checked (it may be an old one).
+VENV_PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+PY_OK = $(shell ($(VENV_PY) -c 'import sys; print(sys.version_info >= (3, 11))') 2>/dev/null)
+PY_SEEN = $(or $(shell ($(VENV_PY) -V) 2>/dev/null),not found)
+
 $(STAMP): requirements.txt pyproject.toml
+	$(if $(filter True,$(PY_OK)),,$(error make venv needs Python 3.11 or newer and $(VENV_PY) is $(PY_SEEN): \
+	run make venv PYTHON=python3.11 (remove an old $(VENV) first)))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
@@ -24,6 +32,18 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# One line per target a newcomer types; the times are an idle 2-core machine's.
+help:
+	@echo "make venv      .venv with the pinned versions and sapo_lab installed (about 7 min; Python 3.11+)"
+	@echo "make book      execute every chapter and build the HTML book in _build/html (about 10 min)"
+	@echo "make test      ruff, the unit tests, the executed book and the browser test (about 20 min)"
+	@echo "make lab       open the chapters in JupyterLab, where the live sliders work"
+	@echo "make student   write student/: the chapters with each solution replaced by a function to fill in"
+	@echo "make unit      the unit tests alone"
+	@echo "make nbval     every chapter executed and its outputs compared"
+	@echo "make min-test  the compatibility leg: the lowest versions pyproject.toml allows (constraints-min.txt)"
+	@echo "make clean     remove what the targets built (not .venv)"
 
 static: venv
 	$(BIN)/python tools/vendor_static.py
