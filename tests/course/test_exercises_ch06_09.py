@@ -81,7 +81,8 @@ def ascent_autograd_float32(logits, sampled, ratio, advantage, tau_pos, tau_neg)
 
 
 def ratio_masked_mean(logp, behavior_logp, mask):
-    return torch.exp(((logp - behavior_logp) * mask).sum(-1) / mask.sum(-1))
+    z = torch.where(mask > 0, logp - behavior_logp, torch.zeros_like(logp))
+    return torch.exp(z.sum(-1) / mask.sum(-1))
 
 
 def ratio_root_of_product(logp, behavior_logp, mask):
@@ -177,7 +178,7 @@ def test_each_registered_mistake_fails_with_its_own_name(exercise_id, index):
 def test_a_sequence_ratio_cut_off_from_autograd_is_named_as_detached():
     """Catches a check that compares values only: .item() per response gives the right numbers, no gradient."""
     def detached(logp, behavior_logp, mask):
-        return torch.tensor([math.exp((((lp - b) * m).sum() / m.sum()).item())
+        return torch.tensor([math.exp((lp - b)[m > 0].mean().item())
                              for lp, b, m in zip(logp, behavior_logp, mask, strict=True)], dtype=torch.float64)
 
     with pytest.raises(CheckFailed, match="no gradient reaches logp"):
@@ -215,3 +216,14 @@ def test_the_temperature_at_a_zero_advantage_is_a_free_choice():
         return advantage * ratio * _sech2(tau * (ratio - 1) / 2)
 
     assert run_check(exercise("07.token_scale"), at_zero_positive) is True
+
+
+def test_a_sequence_ratio_that_multiplies_padding_by_the_mask_is_named():
+    """The statement lets padding hold -inf; -inf * 0 is nan. Catches cases whose padding is finite (there the
+    product passes for right) and a message that blames a division by zero instead of the masking."""
+    def by_product(logp, behavior_logp, mask):
+        return (((logp - behavior_logp) * mask).sum(1) / mask.sum(1)).exp()
+
+    with pytest.raises(CheckFailed, match="padding removed by multiplying by the mask") as failed:
+        run_check(exercise("08.sequence_ratio"), by_product)
+    assert "-inf" in str(failed.value)  # the input shown is the batch that holds it

@@ -3,6 +3,8 @@ sequence-level SAPO loss in closed form, checked against autograd through the pa
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...objective.gates import gate_weight, token_temperatures, update_coefficient
@@ -33,12 +35,29 @@ def _batch(gen, lengths, width, spread):
 
 
 def _ratio_cases() -> list[dict]:
-    """Responses of different lengths with padding, a one-token response, log ratios up to about +-2."""
+    """Responses of different lengths with padding, a one-token response, log ratios up to about +-2, and a batch
+    whose padding holds -inf (a masked token's log-probability), where multiplying by the mask gives nan."""
     gen = torch.Generator().manual_seed(808)
+    names = ("logp", "behavior_logp", "mask")
     first = _batch(gen, [5, 2, 7, 1], 7, 0.6)
     second = _batch(gen, [3, 11, 6], 12, 1.0)
-    return [dict(zip(("logp", "behavior_logp", "mask"), first, strict=True)),
-            dict(zip(("logp", "behavior_logp", "mask"), second, strict=True))]
+    logp, behavior, mask = _batch(gen, [2, 4, 1], 4, 0.8)
+    logp = torch.where(mask > 0, logp, torch.full_like(logp, -math.inf))
+    return [dict(zip(names, first, strict=True)), dict(zip(names, second, strict=True)),
+            dict(zip(names, (logp, behavior, mask), strict=True))]
+
+
+def _ratio_masked_by_product(logp, behavior_logp, mask):
+    return torch.exp(((logp - behavior_logp) * mask).sum(-1) / mask.sum(-1))
+
+
+SEQUENCE_RATIO = GSPO_SEQUENCE_RATIO + (
+    Mistake("padding removed by multiplying by the mask: -inf * 0 is nan, so a padding position that holds -inf "
+            "(or nan) turns the whole response's ratio into nan",
+            "select the real tokens instead of multiplying: torch.where(mask > 0, z, 0) (its gradient at padding "
+            "is 0 too)",
+            _ratio_masked_by_product),
+)
 
 
 # ---- 08.sequence_grad: sequence_level_grad(logp, behavior_logp, advantages, mask, tau_pos, tau_neg) -> (B, T) -------
@@ -108,7 +127,7 @@ SEQUENCE_GRAD = (
 
 EXERCISES = [
     Exercise(id="08.sequence_ratio", function="sequence_ratio", reference=sequence_ratio_of_package,
-             cases=_ratio_cases, mistakes=GSPO_SEQUENCE_RATIO, grad_wrt=("logp",)),
+             cases=_ratio_cases, mistakes=SEQUENCE_RATIO, grad_wrt=("logp",)),
     Exercise(id="08.sequence_grad", function="sequence_level_grad", reference=sequence_level_grad_by_autograd,
              cases=_grad_cases, mistakes=SEQUENCE_GRAD),
 ]
