@@ -97,6 +97,8 @@ def test_every_documented_command_runs(document, tmp_path, monkeypatch, capsys):
     for name in ("experiments", "results", "assignment"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "my_module.py").write_text(PLAIN_LOSS)
+    (tmp_path / "path" / "to").mkdir(parents=True)  # the README audits a loss given by its file's path
+    (tmp_path / "path" / "to" / "my_loss.py").write_text(PLAIN_LOSS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     failures = []
