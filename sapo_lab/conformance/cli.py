@@ -181,6 +181,7 @@ STAGES = {
     "_old_logp_row": "behaviour log-probs", "closed_form_rows": "per-token gradient", "level_row": "level",
     "extreme_row": "extreme log-ratios", "zero_advantage_row": "zero advantages", "_empty_response_row": "empty response",
     "_empty_batch_row": "batch without tokens", "check_deterministic": "the same batch twice",
+    "check_still_deterministic": "the first batch again, after every check",
     "batch_row": "batch order and size",
 }
 
