@@ -170,8 +170,8 @@ def cpu_fallback_notice(requested: str, device: torch.device, work: PlannedWork)
     plan = (f"a cold start of up to {work.cold_start_updates} updates{each}, then {work.rollout_steps} rollout steps"
             if work.cold_start_updates else f"{work.rollout_steps} rollout steps (no cold start to train)")
     if known:
-        cost, most = _cost_text(work, rate)
-        long = most > LONG_RUN_S
+        cost, seconds = _cost_text(work, rate)
+        long = seconds > LONG_RUN_S
     else:
         cost, long = "time not estimated for a model given by path", False
     head = "warning" if long else "note"
