@@ -522,7 +522,8 @@ COMMANDS = (
     Command("study", "run or continue a declared study (experiments/NAME.json -> results/NAME/)", _study_flags, cmd_study),
     Command("replicate", "re-run one declared question of a committed study here; both answers side by side",
             _replicate_flags, cmd_replicate),
-    Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: MODULE:FUNCTION",
+    Command("conformance", "audit a SAPO loss fn(logp, old_logp, advantages, mask) -> scalar: "
+            "path/to/file.py:FUNCTION or MODULE:FUNCTION",
             _conformance_flags, cmd_conformance),
     Command("grade", "grade a SAPO assignment module against frozen outputs: PATH_TO_MODULE", _grade_flags, cmd_grade),
     Command("doctor", "name the regime a run was in, from its logs: RUN (sapo_lab or TRL folder)", _doctor_flags,

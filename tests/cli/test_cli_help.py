@@ -180,3 +180,12 @@ def test_keys_with_fixed_values_list_them_in_the_help():
                         ("loss.max_log_ratio_policy", MAX_LOG_RATIO_POLICIES)):
         assert all(value in re.findall(r"\w+", described[key]) for value in values), (key, described[key])
     assert not any(re.search(r"\bone of [A-Z_]{3,}", text) for text in described.values())
+
+
+def test_the_conformance_summary_names_both_target_forms(capsys):
+    # catches the summary offering only MODULE:FUNCTION, which imports from the working directory alone, so a
+    # reader outside the loss's folder does not learn that a file path works from anywhere
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "path/to/file.py:FUNCTION or MODULE:FUNCTION" in text
