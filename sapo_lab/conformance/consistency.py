@@ -44,6 +44,7 @@ EXPECTED = ("the same value and the same per-token gradients for the responses r
 
 
 def consistency_batch() -> Batch:
+    """The batch of the pre-checks (determinism, order, size): its log ratios and advantages, as a ``Batch``."""
     return make_batch([list(z) for z in CONSISTENCY_LOG_RATIOS], list(CONSISTENCY_ADVANTAGES))
 
 
