@@ -286,10 +286,10 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
     if bool(nonzero.any()):
         factors = g[nonzero] / e[nonzero]
         k = float(factors.median())
-        if bool(torch.isclose(g, k * e, rtol=max(rtol, 1e-6), atol=atol).all()):
+        if _fmt(k) != "1" and bool(torch.isclose(g, k * e, rtol=rtol, atol=atol).all()):
             return f"every element is {_fmt(k)} times the right one ({largest})"
     shift = float((g - e).median())
-    if bool(torch.isclose(g, e + shift, rtol=rtol, atol=atol).all()):
+    if abs(shift) > atol and bool(torch.isclose(g, e + shift, rtol=rtol, atol=atol).all()):
         return f"every element is shifted by {_fmt(shift)} ({largest})"
     return f"{int(bad.sum())} of {e.numel()} elements differ; {largest}"
 
