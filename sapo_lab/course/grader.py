@@ -663,6 +663,7 @@ def sandbox_status(isolate: bool = True) -> isolation.SandboxStatus:
 
 
 def time_line(time_limit: float, budget: float) -> str:
+    """The report's line stating the per-call limit and the whole submission's budget."""
     return (f"time limits: {time_limit:g} s for each call (--time-limit), {budget:g} s for all the module's calls "
             "together (--budget)")
 
