@@ -44,7 +44,7 @@ from .device import ModelTimer, autocast_for, cpu_fallback_notice, planned_work,
 from .evaluation import dev_pass1
 from .lifecycle import finish_model, make_optimizer, reference_model, run_summary, start_model
 from .metrics import metrics_row
-from .model import response_logprobs
+from .model import check_model_folder, response_logprobs
 from .rollout import MiniBatch, RolloutBatch, rollout
 from .seeds import global_seed, run_generators
 from .update import UpdateResult, compare_gradients, comparison_due, learning_rate_at, minibatch_forward, optimizer_step
@@ -74,6 +74,8 @@ class Trainer:
         self.task = task_for(cfg)
         self.reward_fn = self.task.verify if reward_fn is None else reward_fn
         self.splits = splits_for(cfg, self.task)
+        if os.path.isdir(cfg.model.name_or_path):  # a broken model folder is refused before the device line
+            check_model_folder(cfg.model.name_or_path)
         self._say_where_it_runs()
 
     def _say_where_it_runs(self) -> None:
