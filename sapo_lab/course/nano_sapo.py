@@ -157,12 +157,15 @@ def warm_start(model, splits, s: Settings, max_len, log=print):
 
 # ---- reinforcement learning ----------------------------------------------------------------------------------------
 def rl_step(model, opt, schedule, problems, s: Settings, loss_fn, max_len):
-    """Sample G answers per prompt, score them, and take M minibatch steps on this one batch."""
-    asked = [p for p in problems for _ in range(s.group)]  # each prompt G times, groups contiguous
-    ids, attention, mask = sample(model, [encode(p.prompt) for p in asked], max_len)
-    rewards = torch.tensor([reward(row[-max_len:].tolist(), p) for row, p in zip(ids, asked, strict=True)])
-    advantages = group_advantages(rewards.view(len(problems), s.group)).reshape(-1)
-    with torch.no_grad():  # the behaviour policy: the model that sampled the batch
+    """Sample G answers per prompt, score them, take M minibatch steps."""
+    asked = [p for p in problems for _ in range(s.group)]  # groups contiguous
+    ids, attention, mask = sample(model, [encode(p.prompt) for p in asked],
+                                  max_len)
+    rewards = torch.tensor([reward(row[-max_len:].tolist(), p)
+                            for row, p in zip(ids, asked, strict=True)])
+    advantages = group_advantages(rewards.view(len(problems), s.group))
+    advantages = advantages.reshape(-1)
+    with torch.no_grad():  # the behaviour policy: the one that sampled
         old_logp = token_logprobs(model, ids, attention, max_len)
     order = torch.randperm(len(asked))
     for chunk in order.chunk(s.minibatches):

@@ -74,8 +74,8 @@ def train_cold_start(model, tokenizer, splits, cfg, device, log=print, task: Tas
     cs = cfg.cold_start
     if progress is None:
         progress = PaceReport(log, total=cs.max_updates, what="cold start: update")
-    log(f"cold start: up to {cs.max_updates} supervised updates of {cs.batch_size} examples, until dev pass@1 "
-        f"reaches {cs.target_pass1} (checked every {cs.eval_every} updates)")
+    log(f"cold start: up to {cs.max_updates} updates of {cs.batch_size} examples, to dev pass@1 "
+        f"{cs.target_pass1} (checked every {cs.eval_every})")
     gen = torch.Generator().manual_seed(cold_start_batch_seed(cfg.seed))
     opt = torch.optim.AdamW(model.parameters(), lr=cs.sft_learning_rate, weight_decay=0.0)
     train = splits["train"]
