@@ -67,12 +67,13 @@ def strip_page(text: str, notebooks_url: str | None) -> tuple[str, int]:
 
 def solution_lines(teacher: dict) -> list[str]:
     """The distinctive lines of the notebook's solution cells (stripped, at least MIN_LINE characters, and found in
-    none of its other cells)."""
+    none of its other cells nor in the student's stub, which keeps the solution's ``def`` line)."""
     own, elsewhere = [], []
     for cell in teacher["cells"]:
         source = "".join(cell["source"])
         if make_student.is_solution(cell):
             own += [ln.strip() for ln in source.splitlines() if len(ln.strip()) >= MIN_LINE]
+            elsewhere.append(make_student.stub_source(cell))
         else:
             elsewhere.append(source)
     others = "\n".join(elsewhere)
