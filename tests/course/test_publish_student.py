@@ -76,7 +76,8 @@ def test_the_colab_button_opens_the_courses_student_notebook_when_given(tmp_path
 def test_a_solution_outside_the_removed_markup_is_refused_in_one_line(tmp_path):
     # catches: a copy published with a solution the stripping missed (rendered by other markup than
     # sphinx-exercise's), because only the removal, not the result, was checked
-    line = next(ln.strip() for ln in SOLUTION.splitlines() if len(ln.strip()) >= publish_student.MIN_LINE)
+    line = publish_student.solution_lines(TEACHER)[0]  # a line only the solution holds (not its stub's def line)
+    assert line in SOLUTION
     build = small_build(tmp_path, extra=f"<pre>{line}</pre>")
     run = subprocess.run([sys.executable, str(TOOL), str(build), str(tmp_path / "out")], capture_output=True,
                          text=True)
