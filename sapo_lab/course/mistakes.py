@@ -108,6 +108,20 @@ PADDED_COUNT = ("padding zeroed but counted in the mean's denominator (divided b
                 "of real tokens)", "divide by the real token count: mask.sum(-1) per response, mask.sum() pooled")
 
 
+def _aggregation_mistakes(loss) -> tuple[Mistake, ...]:
+    """The mean's mistakes, alike for every per-token loss that takes ``swap``, ``masked`` and ``padded_count``."""
+    return (
+        Mistake("the two aggregations swapped (per_response pooled, token_pool averaged per response)",
+                "per_response: each response's mean over its own tokens, then the mean over responses; token_pool: "
+                "one mean over every token of the batch",
+                lambda **kw: loss(**kw, swap=True)),
+        Mistake("the mask left out: padding tokens enter the mean",
+                "weight the per-token loss by the mask and divide by each response's own length",
+                lambda **kw: loss(**kw, masked=False)),
+        Mistake(*PADDED_COUNT, lambda **kw: loss(**kw, padded_count=True)),
+    )
+
+
 def _clip_loss(logp, behavior_logp, advantages, mask, eps=0.2, aggregation="per_response", *, pick=torch.minimum,
                clip="ratio", detach=True, swap=False, sign=-1.0, masked=True, padded_count=False):
     r = _ratio(logp, behavior_logp, detach)
@@ -135,14 +149,7 @@ CLIPPED_SURROGATE_LOSS = (
     Mistake("the objective returned instead of the loss (the sign is flipped)",
             "the loss is minus the surrogate: return -mean(min(...))",
             lambda **kw: _clip_loss(**kw, sign=1.0)),
-    Mistake("the two aggregations swapped (per_response pooled, token_pool averaged per response)",
-            "per_response: each response's mean over its own tokens, then the mean over responses; token_pool: "
-            "one mean over every token of the batch",
-            lambda **kw: _clip_loss(**kw, swap=True)),
-    Mistake("the mask left out: padding tokens enter the mean",
-            "weight the per-token loss by the mask and divide by each response's own length",
-            lambda **kw: _clip_loss(**kw, masked=False)),
-    Mistake(*PADDED_COUNT, lambda **kw: _clip_loss(**kw, padded_count=True)),
+    *_aggregation_mistakes(_clip_loss),
     Mistake("behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
             "detach behavior_logp (or compute the ratio from behavior_logp.detach())",
             lambda **kw: _clip_loss(**kw, detach=False)),
@@ -202,14 +209,7 @@ SAPO_LOSS = (
     Mistake("the objective returned instead of the loss (the sign is flipped)",
             "the loss is minus A times the gate: -A * f_tau(r)",
             lambda **kw: _sapo_loss(**kw, sign=1.0)),
-    Mistake("the two aggregations swapped (per_response pooled, token_pool averaged per response)",
-            "per_response: each response's mean over its own tokens, then the mean over responses; token_pool: "
-            "one mean over every token of the batch",
-            lambda **kw: _sapo_loss(**kw, swap=True)),
-    Mistake("the mask left out: padding tokens enter the mean",
-            "weight the per-token loss by the mask and divide by each response's own length",
-            lambda **kw: _sapo_loss(**kw, masked=False)),
-    Mistake(*PADDED_COUNT, lambda **kw: _sapo_loss(**kw, padded_count=True)),
+    *_aggregation_mistakes(_sapo_loss),
     Mistake("behavior_logp not detached: a gradient flows into the old policy's log-probabilities",
             "detach behavior_logp; only logp (the policy being trained) carries a gradient",
             lambda **kw: _sapo_loss(**kw, detach=False)),
