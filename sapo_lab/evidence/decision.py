@@ -378,6 +378,19 @@ def _setting_words(ev: Evidence, method: str) -> str:
     return method
 
 
+def _at_staleness(words: str, rows) -> str:
+    """``words`` at the rows' staleness values, with each row's gap and interval."""
+    return f"{words} at {_ms([r.staleness[0] for r in rows])} ({'; '.join(_bare(r) for r in rows)})"
+
+
+def _level_groups(kept, late, kept_words: str) -> list[str]:
+    """The gaps below zero said by level: those Holm's adjustment kept, then those below zero only before it."""
+    groups = [_at_staleness(kept_words, kept)] if kept else []
+    if late:
+        groups.append(_at_staleness("below zero before Holm's adjustment, not after,", late))
+    return groups
+
+
 def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) -> str:
     """Where SAPO showed no difference and where it trailed, each with its M, gate, rate, id and level."""
     paper = [r for r in map_rows if r.tau_pos == 1.0]
@@ -400,13 +413,7 @@ def _where_sentence(ev: Evidence, map_rows: list[Row], confirm_rows: list[Row]) 
     if below:
         kept = [r for r in below if r.reject]
         late = [r for r in below if _late(r)]
-        groups = []
-        if kept:
-            groups.append(f"at the declared level at {_ms([r.staleness[0] for r in kept])} "
-                          f"({'; '.join(_bare(r) for r in kept)})")
-        if late:
-            groups.append(f"below zero before Holm's adjustment, not after, at {_ms([r.staleness[0] for r in late])} "
-                          f"({'; '.join(_bare(r) for r in late)})")
+        groups = _level_groups(kept, late, "at the declared level")
         trailed.append(f"at {_ms([r.staleness[0] for r in below])}: " + ", and ".join(groups))
     narrow = [r for r in map_rows if r.tau_pos != 1.0 and r.side < 0]
     if narrow:
@@ -689,16 +696,8 @@ def _map_line(ev: Evidence) -> str:
     tied = [r for r in rows if r.side == 0]
     kept = [r for r in rows if r.side < 0 and r.reject]
     late = [r for r in rows if _late(r)]
-    parts = []
-    if tied:
-        parts.append(f"no detectable difference at {_ms([r.staleness[0] for r in tied])} "
-                     f"({'; '.join(_bare(r) for r in tied)})")
-    if kept:
-        parts.append(f"SAPO below GRPO at the declared level at {_ms([r.staleness[0] for r in kept])} "
-                     f"({'; '.join(_bare(r) for r in kept)})")
-    if late:
-        parts.append(f"below zero before Holm's adjustment, not after, at {_ms([r.staleness[0] for r in late])} "
-                     f"({'; '.join(_bare(r) for r in late)})")
+    parts = [_at_staleness("no detectable difference", tied)] if tied else []
+    parts += _level_groups(kept, late, "SAPO below GRPO at the declared level")
     rates = _joined(sorted({_rate(r.rates[0]) for r in rows}))
     steps = _joined([str(n) for n in sorted({r.steps for r in rows if r.steps})])
     text = (f"The gate map ({len(rows[0].comparison.seeds) if rows else 0} fresh paired seeds, {steps} rollout steps, "
