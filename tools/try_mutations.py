@@ -6,6 +6,9 @@ the non-slow tests against it: a mutation no test fails on is a gap in the wirin
     python tools/try_mutations.py --only "KL term" ...  # the mutations whose name contains a text
     python tools/try_mutations.py --only "doctor:" --tests tests/runs/test_doctor_boundaries.py
                                                         # ... against these test files instead of their own
+    python tools/try_mutations.py --list my_mutations.py --slow
+                                                        # another list (a ``caught_by`` of "auto": every test
+                                                        # file that imports the mutated module), slow tests too
 
 The copy is the working tree's files (uncommitted edits and new files git does not ignore included) in a
 temporary folder, so the checkout itself is never modified. Exit status 1 when some mutation survived. On two
@@ -16,7 +19,9 @@ workers).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,11 +75,11 @@ def make_interpreter(tree: str) -> str:
     return python
 
 
-def suite_files(tree: str) -> list[str]:
+def suite_files(tree: str, everything: bool = False) -> list[str]:
     paths = sorted(os.path.relpath(os.path.join(folder, f), tree)
                    for folder, _, files in os.walk(os.path.join(tree, SUITE))
                    for f in files if f.startswith("test_") and f.endswith(".py"))
-    return [p for p in paths if not os.path.basename(p).startswith(NOT_TRAINING)]
+    return paths if everything else [p for p in paths if not os.path.basename(p).startswith(NOT_TRAINING)]
 
 
 def area(m) -> str:
@@ -92,9 +97,36 @@ def caught_by_area(chosen, survived) -> dict[str, tuple[int, int]]:
     return out
 
 
-def run_tests(tree: str, python: str, targets: list[str], workers: int = 0) -> tuple[bool, str]:
+def load_list(path: str) -> list:
+    """MUTATIONS of another file written like ``wiring_mutations.py`` (a list of its ``Mutation``)."""
+    spec = importlib.util.spec_from_file_location("other_mutations", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTATIONS)
+
+
+def importing_tests(tree: str, module_path: str) -> list[str]:
+    """The test files of ``tree`` that import the module at ``module_path`` (by its dotted name, or by its short
+    name from its package), which are the files most likely to fail on a mistake planted in it."""
+    dotted = module_path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    package, _, stem = dotted.rpartition(".")
+    by_name = re.compile(rf"(\b{re.escape(dotted)}\b)|(from {re.escape(package)} import [^\n]*\b{stem}\b)")
+    found = []
+    for path in suite_files(tree, everything=True):
+        with open(os.path.join(tree, path)) as f:
+            if by_name.search(f.read()):
+                found.append(path)
+    return found
+
+
+def targets_for(tree: str, m) -> list[str]:
+    return importing_tests(tree, m.path) if m.caught_by == "auto" else [m.caught_by.split("::")[0]]
+
+
+def run_tests(tree: str, python: str, targets: list[str], workers: int = 0, slow: bool = False) -> tuple[bool, str]:
     """``(passed, first failing test)`` of pytest over ``targets`` in ``tree``, stopping at the first failure."""
-    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
+    cmd = [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not browser" if slow else
+           "not slow and not browser",
            *(["-n", str(workers)] if workers else []), *targets]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": tree}
     proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
@@ -108,11 +140,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", default=[], help="only mutations whose name contains one of these")
     ap.add_argument("--tests", nargs="+", default=[], metavar="PATH",
                     help="run these test files (or node ids) against each mutation instead of the one it names")
+    ap.add_argument("--list", metavar="FILE", help="plant the MUTATIONS of this file instead of wiring_mutations.py's")
+    ap.add_argument("--slow", action="store_true", help="run the slow tests too (make test runs them)")
     args = ap.parse_args(argv)
     if args.suite and args.tests:
         print("error: --suite and --tests choose the tests two ways; give one", file=sys.stderr)
         return 2
-    chosen = [m for m in MUTATIONS if not args.only or any(text in m.name for text in args.only)]
+    listed = load_list(args.list) if args.list else MUTATIONS
+    chosen = [m for m in listed if not args.only or any(text in m.name for text in args.only)]
     if not chosen:
         print("error: no mutation matches --only", file=sys.stderr)
         return 2
@@ -120,7 +155,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="sapo-mutations-") as tree:
         copy_tree(tree)
         python = make_interpreter(tree)
-        passed, failing = run_tests(tree, python, args.tests or sorted({m.caught_by.split("::")[0] for m in chosen}))
+        baseline = args.tests or sorted({t for m in chosen for t in targets_for(tree, m)})
+        passed, failing = run_tests(tree, python, baseline, workers=2 if len(baseline) > 4 else 0, slow=args.slow)
         if not passed:
             print(f"error: the unmutated tests fail ({failing}); fix them first", file=sys.stderr)
             return 2
@@ -136,8 +172,9 @@ def main(argv=None) -> int:
                 f.write(source.replace(m.old, m.new))
             t0 = time.perf_counter()
             try:
-                passed, failing = run_tests(tree, python, targets or [m.caught_by.split("::")[0]],
-                                            workers=2 if args.suite else 0)
+                mine = targets or targets_for(tree, m)
+                passed, failing = run_tests(tree, python, mine, workers=2 if args.suite or len(mine) > 4 else 0,
+                                            slow=args.slow)
             finally:
                 with open(path, "w") as f:
                     f.write(source)
