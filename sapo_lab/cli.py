@@ -363,7 +363,8 @@ def cmd_doctor(args, overrides) -> int:
 
 
 def cmd_grade(args, overrides) -> int:
-    """``grade``: grade a SAPO assignment module (0 all parts pass, 1 a part fails, 2 not gradable)."""
+    """``grade``: grade a SAPO assignment module (0 all parts pass, 1 a part fails, 2 not gradable, 3 all parts
+    pass but not for credit: no sandbox here, or --allow-sapo-lab)."""
     from .course.grader import run_grade
 
     return run_grade(args.module, train=args.train, seed=args.seed, allow_sapo_lab=args.allow_sapo_lab,

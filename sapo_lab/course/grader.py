@@ -86,6 +86,10 @@ TRAIN_MIN_GAIN = math.floor(50 * min(TRAIN_MEASURED["correct"].values())) / 100 
 TRAIN_TIME_LIMIT_S = 3 * 3600.0
 TRAIN_OUTPUT_CAP = 256 * 1024
 ATOL = RTOL = 1e-6
+# float64's agreement: two float64 computations of one formula, written differently, agree far closer than this;
+# one that rounds to float32 anywhere (a .float(), a float32 constant) does not. A module's process can claim any
+# dtype, so the dtype is judged from the numbers, not from the claim.
+ATOL_F64, RTOL_F64 = 1e-12, 1e-9
 # The student's code: seconds one call (or the module's import) may take, seconds all of it may take together
 # (every call and import of parts 1-7; the training part's sapo_loss calls get a budget of their own of the same
 # size), seconds torch may take to load, bytes of its output kept, bytes any file it writes may reach.
@@ -132,6 +136,23 @@ def close(a, b) -> bool:
     return a == b
 
 
+def float64_close(a, b) -> bool:
+    """:func:`close` at float64's agreement (``ATOL_F64`` + ``RTOL_F64`` * |b|)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(float64_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(float64_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return abs(a - b) <= ATOL_F64 + RTOL_F64 * abs(b)
+    return close(a, b)
+
+
+def _largest_relative_gap(got, want) -> float:
+    gaps = [abs(g - e) / max(abs(e), 1e-300) for _, g, e in _walk(got, want)
+            if isinstance(g, float) and isinstance(e, (int, float)) and not float64_close(g, e)]
+    return max(gaps, default=0.0)
+
+
 @dataclass
 class PartResult:
     """One graded part: its points, the points earned, and a note (the mistake named, or why it failed)."""
@@ -150,6 +171,7 @@ class Report:
     parts: list[PartResult] = field(default_factory=list)
     seed: int | None = None
     header: list[str] = field(default_factory=list)  # how the student's code ran: the sandbox, the time limits
+    for_credit: bool = True  # False where the student's code ran without the sandbox, or with sapo_lab allowed
 
     @property
     def passed(self) -> bool:
@@ -593,6 +615,30 @@ OUTPUT_WORDS = {"value": "value", "per_response": "per_response", "token_pool": 
                 "behavior_logp"}
 
 
+def _precision_verdict(part: str, points: int, calls: list) -> PartResult:
+    """The verdict on a part whose every output is within the value tolerance: full points where every number
+    also agrees to float64's precision; otherwise the catalogued mistake whose outputs it reproduces to that
+    precision (a small one, such as eps inside the square root), or float32 rounding."""
+    imprecise = [(label, exp, inputs, res["outputs"]) for label, exp, inputs, res in calls
+                 if not float64_close(res["outputs"], exp)]
+    if not imprecise:
+        return PartResult(part, points, points, "ok")
+    with_inputs = [(inputs, got) for _, _, inputs, got in imprecise if inputs is not None]
+    knowns = [known_mistakes(part, inputs) for inputs, _ in with_inputs]
+    names = set.intersection(*(set(k) for k in knowns)) if knowns else set()
+    for known in knowns[:1]:
+        for name, (_, fix) in known.items():
+            if name in names and all(float64_close(got, k[name][0]) for (_, got), k in zip(with_inputs, knowns,
+                                                                                           strict=True)):
+                return PartResult(part, points, 0, f"wrong; most likely mistake: {name}; fix: {fix}", name)
+    label, exp, _, got = imprecise[0]
+    return PartResult(part, points, 0, f"float32 precision: the numbers agree with the reference only to "
+                      f"float32's precision (a relative gap of {_largest_relative_gap(got, exp):.1g}; float64 "
+                      f"agrees to 1e-9): compute in float64, the inputs' dtype (no .float(), no float32 constant "
+                      f"such as torch.tensor(0.2) or torch.where(c, 1.0, 1.05), whose Python numbers become "
+                      f"float32) ({label})", "float32 precision")
+
+
 def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     """The verdict on one part from its calls' results: ``frozen`` is [(case from expected.json, result)],
     ``fresh`` is [(expected outputs, result)] or [(expected outputs, result, inputs)]; full points only when every
@@ -614,7 +660,7 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     failing = [(label, exp, inputs, res["outputs"]) for label, exp, inputs, res in calls
                if not close(res["outputs"], exp)]
     if not failing:
-        return PartResult(part, points, points, "ok")
+        return _precision_verdict(part, points, calls)
     knowns = [known_mistakes(part, inputs) if inputs is not None else {} for _, _, inputs, _ in failing]
     named = [(known, got) for known, (_, _, _, got) in zip(knowns, failing, strict=True) if known]
     scores, fixes = {}, {}
@@ -697,7 +743,8 @@ def grade(path: str, seed: int | None = None, allow_sapo_lab: bool = False, time
              + [(f"{part}/fresh/{i}", kw) for i, (kw, _) in enumerate(fresh[part])] for part in parts}
     status = sandbox_status(isolate)
     results = run_student(str(p), calls, allow_sapo_lab, time_limit, Budget(budget), status.isolated)
-    report = Report(seed=seed, header=[status.line, time_line(time_limit, budget)])
+    report = Report(seed=seed, header=[status.line, time_line(time_limit, budget)],
+                    for_credit=status.isolated and not allow_sapo_lab)
     for part in parts:
         frozen = [(case, results[f"{part}/frozen/{i}"]) for i, case in enumerate(expected[part])]
         new = [(exp, results[f"{part}/fresh/{i}"], kw) for i, (kw, exp) in enumerate(fresh[part])]
@@ -1000,7 +1047,8 @@ def train_isolated(path: str, config: str = TRAIN_CONFIG, overrides: dict | None
 def run_grade(path: str, train: bool = False, out=print, seed: int | None = None, allow_sapo_lab: bool = False,
               time_limit: float = TIME_LIMIT_S, budget: float = BUDGET_S) -> int:
     """The ``grade`` command: print the report; 0 all passed, 1 a part failed, 2 not gradable (one line, which
-    says so where the run was not isolated)."""
+    says so where the run was not isolated), 3 all passed but not for credit (the student's code ran without the
+    sandbox, or with sapo_lab allowed): a course's autograder that reads only the exit status gives no credit."""
     for flag, value in (("--time-limit", time_limit), ("--budget", budget)):
         if not (value > 0 and math.isfinite(value)):
             print(f"error: {flag} must be a positive number of seconds, got {value!r}", file=sys.stderr)
@@ -1023,4 +1071,6 @@ def run_grade(path: str, train: bool = False, out=print, seed: int | None = None
     if not train:
         out(f"(training part not run: add --train to train {TRAIN_CONFIG} with your sapo_loss, "
             f"{TRAIN_POINTS} more points)")
-    return 0 if report.passed else 1
+    if not report.passed:
+        return 1
+    return 0 if report.for_credit else 3

@@ -198,7 +198,7 @@ SAPO_LOSS = (
             "use tau_pos where the advantage is positive and tau_neg where it is negative",
             lambda **kw: _sapo_loss(**kw, temperature="swapped")),
     Mistake("the temperature chosen by the ratio's side (r > 1) instead of the advantage's sign",
-            "choose tau by the sign of A: torch.where(A > 0, tau_pos, tau_neg)",
+            "choose tau by the sign of A (tau_pos where A > 0), not by the ratio's side",
             lambda **kw: _sapo_loss(**kw, temperature="ratio")),
     Mistake("one temperature (tau_pos) for every token",
             "tokens with a negative advantage take tau_neg",

@@ -41,6 +41,8 @@ PLANTED = {
                            "behavior_logp not detached: a gradient flows into the old policy's log-probabilities"),
     "wrong_gspo_padding": ("gspo_sequence_ratio", "padding tokens counted in the mean log-ratio"),
     "wrong_batch_advantages": ("update_loss", "advantages normalised over the whole batch instead of within each group"),
+    # a float64 result whose numbers hold float32's rounding: named from the numbers, whatever dtype is claimed
+    "wrong_float32_constant": ("sapo_gate", "float32 precision"),
 }
 
 
@@ -92,7 +94,19 @@ def test_a_module_that_wraps_sapo_lab_is_refused_unless_the_instructor_allows_it
     assert refused.returncode == 2 and refused.stdout == ""
     assert "imports sapo_lab" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     allowed = grade_in_process(str(WRAPS_LIBRARY), "--seed", str(SEED), "--allow-sapo-lab")
-    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert allowed.returncode == 3, allowed.stdout + allowed.stderr  # passed, but not for credit
+    assert "not for credit" in allowed.stdout
+
+
+def test_a_passing_run_without_the_sandbox_exits_3_not_0(monkeypatch, tmp_path):
+    """An autograder that reads only the exit status must not give credit for a run the hook alone guarded
+    (catches a not-isolated run that passes with exit 0, and a 3 given to a failing one)."""
+    monkeypatch.setenv("SAPO_LAB_GRADE_NO_SANDBOX", "1")
+    run = grade_in_process(str(CORRECT), "--seed", str(SEED))
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert run.stdout.splitlines()[1].startswith("NOT ISOLATED") and "not for credit" in run.stdout.splitlines()[1]
+    failing = grade_in_process(str(one_file("wrong_clip_max.py", tmp_path)), "--seed", str(SEED))
+    assert failing.returncode == 1, failing.stdout + failing.stderr
 
 
 def test_the_skeleton_scores_zero_and_says_not_implemented():
@@ -111,6 +125,27 @@ def test_each_planted_mistake_loses_its_part_and_is_named(name, tmp_path):
     assert [p.part for p in failed] == [part]
     assert failed[0].mistake == mistake
     assert not report.passed
+
+
+def test_float32_rounding_is_judged_from_the_numbers_not_from_the_claimed_dtype():
+    """The student's process reports each result's dtype, and a module can rewrite that report: a result rounded
+    to float32 but claimed float64 must still fail as float32 (catches a grader that trusts the claim), while a
+    float64 result that differs in its last digits (another order of the same sums) must pass (catches a
+    precision test stricter than float64 itself)."""
+    from sapo_lab.course.sandbox import observe
+    from sapo_lab.course.substitutes import sapo_gate
+
+    kwargs = {"ratio": [[0.7, 1.0, 1.3], [2.5, 0.2, 1.05]], "tau": 1.05}
+    exp = observe("sapo_gate", sapo_gate, kwargs)
+    claim = {"value": {"shape": [2, 3], "dtype": "float64"}}
+    rounded = {"value": torch.tensor(exp["value"], dtype=torch.float32).double().tolist()}
+    assert grader.close(rounded, exp)  # within the value tolerance: only the precision test can see it
+    result = grader.judge_part("sapo_gate", [], [(exp, {"outputs": rounded, "meta": claim})])
+    assert result.earned == 0 and result.mistake == "float32 precision", result
+    assert "float32" in result.note and "torch.tensor(0.2)" in result.note
+    reordered = {"value": [[x * (1 + 3e-15) for x in row] for row in exp["value"]]}
+    result = grader.judge_part("sapo_gate", [], [(exp, {"outputs": reordered, "meta": claim})])
+    assert result.earned == result.points, result
 
 
 def test_a_planted_mistake_exits_1_through_the_command_line(tmp_path):

@@ -29,7 +29,8 @@ def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
     # policy_loss's value is the centred surrogate; add back the constant 2/tau the paper's f carries
     out = sapo_lab.policy_loss(logp, behavior_logp, advantages, mask, loss_type="sapo",
                                tau_pos=tau_pos, tau_neg=tau_neg)
-    tau = torch.where(advantages > 0, tau_pos, tau_neg)[:, None].expand_as(logp)
+    taus = torch.tensor([tau_pos, tau_neg], dtype=logp.dtype)  # Python numbers alone would make float32 taus
+    tau = torch.where(advantages > 0, taus[0], taus[1])[:, None].expand_as(logp)
     return out.loss + masked_mean(-advantages[:, None] * (2.0 / tau), mask)
 
 
