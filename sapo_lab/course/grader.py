@@ -14,8 +14,9 @@ Each part is graded on the frozen cases of ``assignment/expected.json`` and on f
 grading time, whose reference outputs sapo_lab computes here. A failing part is named by the known mistake
 (``mistakes.py``, the catalogue the book's exercise checks share) whose outputs, computed here from the same
 inputs, the student's function reproduces, else by what differs. While part X is graded, the other parts'
-functions in the student's module are replaced by plain-torch answers (``substitutes.py``), so one bug costs one
-part.
+functions in the student's module are replaced by stand-ins that ask this process for the plain-torch answers
+(``substitutes.py``, computed by ``stand_ins.py``), so one bug costs one part and no answer's code enters the
+student's process.
 
 The last part (``--train``) trains the ``cpu-tiny`` GPT-2 through sapo_lab's trainer with the student's
 ``sapo_loss`` in place of the library's, for ``TRAIN_STEPS`` steps in a process of its own (``train_child.py``),
@@ -29,7 +30,6 @@ this process's verdict.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -47,6 +47,7 @@ from pathlib import Path
 
 from . import isolation, substitutes
 from .sandbox import observe, observe_with_meta  # noqa: F401 - observe is the generator's recorder
+from .stand_ins import StandInServer
 from .student_messages import Malformed, one_line, parse_event, parse_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +91,9 @@ ATOL = RTOL = 1e-6
 # one that rounds to float32 anywhere (a .float(), a float32 constant) does not. A module's process can claim any
 # dtype, so the dtype is judged from the numbers, not from the claim.
 ATOL_F64, RTOL_F64 = 1e-12, 1e-9
+# the training part: the student's loss and gradient on each of the trainer's batches (float32, as the model's)
+# held to the handout's definition computed by the grader, relative to the value or the largest gradient
+TRAIN_CHECK_RTOL = 1e-3
 # The student's code: seconds one call (or the module's import) may take, seconds all of it may take together
 # (every call and import of parts 1-7; the training part's sapo_loss calls get a budget of their own of the same
 # size), seconds torch may take to load, bytes of its output kept, bytes any file it writes may reach.
@@ -210,10 +214,6 @@ def fresh_calls(seed: int) -> dict:
             ref = REFERENCE[part]
             out[part].append((kwargs, observe(part, lambda *a, f=ref, p=part, **k: f(*positional(p, a, k)), kwargs)))
     return out
-
-
-def _substitute_source(names) -> str:
-    return "import torch\n\n" + "\n\n".join(inspect.getsource(getattr(substitutes, n)) for n in names)
 
 
 @dataclass
@@ -349,7 +349,14 @@ def run_child(request: dict, workdir: Path, time_limit: float, budget: Budget | 
     budget = budget or Budget(math.inf)
     workdir.mkdir(parents=True, exist_ok=True)
     calls = {c["key"]: c["part"] for c in request["calls"]}
-    proc, pipe = _spawn_student(request, workdir, subprocess.PIPE, isolated=isolated)
+    server = None
+    if request["substitute_names"]:  # the handout's functions, computed here for the student's process
+        server = StandInServer({name: getattr(substitutes, name) for name in request["substitute_names"]})
+        request = {**request, "stand_in": list(server.child_fds)}
+    proc, pipe = _spawn_student(request, workdir, subprocess.PIPE, isolated=isolated,
+                                pass_fds=server.child_fds if server else ())
+    if server is not None:
+        server.start()
     kept = bytearray()
 
     def drain():
@@ -393,6 +400,8 @@ def run_child(request: dict, workdir: Path, time_limit: float, budget: Budget | 
     ended = time.monotonic()
     reader.join(timeout=5)
     pipe.join()
+    if server is not None:
+        server.join()
     take()
     if clock["ready"] is not None:
         budget.charge(ended - clock["ready"])
@@ -424,12 +433,13 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
         if todo:
             requests.append({
                 "module": str(Path(path).resolve()), "parts": list(PARTS), "calls": todo,
-                "substitute_names": list(substituted), "substitutes": _substitute_source(substituted),
-                "allow_sapo_lab": allow_sapo_lab, "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
+                "substitute_names": list(substituted), "allow_sapo_lab": allow_sapo_lab,
+                "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
                 "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
             })
-    # One process after another, in the handout's dependency order: a process receives the plain answers only of
-    # parts whose processes have already ended, so no answer it holds can reach the grading of its own part.
+    # One process after another, in the handout's dependency order: a process may ask the grading process for
+    # the handout's answers (stand-ins, computed here) only of parts whose processes have already ended, and holds
+    # no code of them.
     # A process that refused the module or saw it fail to import ends the grading: the checks below say why.
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="sapo-grade-") as tmp:
@@ -793,7 +803,7 @@ class StudentLoss:
         self._reply_read, reply_write = os.pipe()
         blocked_dirs, blocked_files = _blocked_paths(allow_sapo_lab)
         request = {"module": str(Path(module_path).resolve()), "parts": list(PARTS), "calls": [],
-                   "substitute_names": [], "substitutes": "", "allow_sapo_lab": allow_sapo_lab,
+                   "substitute_names": [], "allow_sapo_lab": allow_sapo_lab,
                    "blocked_dirs": blocked_dirs, "blocked_files": blocked_files,
                    "extra_sys_path": [str(ROOT)] if allow_sapo_lab else [],
                    "serve": [request_read, reply_write]}
@@ -900,10 +910,32 @@ class StudentLoss:
         if "error" in reply:
             raise StudentLossError(reply["error"])
         grad = self._read(deadline, sent[0].numel() * sent[0].element_size())
-        grad = torch.frombuffer(bytearray(grad), dtype=wire)
-        grad = grad.reshape(logp.shape).to(logp.device, logp.dtype)
+        grad = torch.frombuffer(bytearray(grad), dtype=wire).reshape(logp.shape)
+        self._check_against_handout(sent, reply["loss"], grad, float(tau_pos), float(tau_neg))
+        grad = grad.to(logp.device, logp.dtype)
         value = torch.tensor(reply["loss"], dtype=logp.dtype, device=logp.device)
         return value + (grad * (logp - logp.detach())).sum()
+
+    def _check_against_handout(self, sent: list, value: float, grad, tau_pos: float, tau_neg: float) -> None:
+        """The student's answer on the trainer's own batch held to the handout's definition, computed here: a
+        module can tell training from the graded calls (by its inputs, or its call stack) and train with another
+        loss, whose gain would then be credited to SAPO. Tolerances are float32's, the wire's usual dtype."""
+        import torch
+
+        logp = sent[0].clone().requires_grad_(True)
+        ref = substitutes.sapo_loss(logp, *sent[1:], tau_pos=tau_pos, tau_neg=tau_neg)
+        (ref_grad,) = torch.autograd.grad(ref, logp)
+        scale = float(ref_grad.abs().max()) if ref_grad.numel() else 0.0
+        ref = float(ref.detach())
+        if not math.isclose(value, ref, rel_tol=TRAIN_CHECK_RTOL, abs_tol=TRAIN_CHECK_RTOL):
+            self.close(hung=True)
+            raise StudentLossError(f"the sapo_loss that trains is not the one graded: on the trainer's batch it "
+                                   f"returns {value:.6g} where the handout's definition gives {ref:.6g}")
+        if not torch.allclose(grad.to(ref_grad.dtype), ref_grad, rtol=TRAIN_CHECK_RTOL,
+                              atol=TRAIN_CHECK_RTOL * scale):
+            self.close(hung=True)
+            raise StudentLossError("the sapo_loss that trains is not the one graded: on the trainer's batch its "
+                                   "gradient with respect to logp differs from the handout's definition")
 
     def close(self, hung: bool = False) -> None:
         """End the student's process (and anything it started): given 5 s to leave once its pipes close, or

@@ -1,10 +1,11 @@
 """Plain-torch answers the grader puts in place of a student's other functions while it grades one part.
 
 When part X is graded, the functions X may call (``masked_mean``, ``sapo_gate``, ...) are replaced in the
-student's module by these, so a bug in ``masked_mean`` costs only the ``masked_mean`` part. The grader sends the
-source of the ones a process needs (never the part it grades there) to the process running the student's code,
-which cannot import sapo_lab. Each is written from the handout's definitions with torch alone; a test holds them
-to sapo_lab's references.
+student's module by stand-ins for these, so a bug in ``masked_mean`` costs only the ``masked_mean`` part. The
+stand-ins hold none of this code: they send their arguments to the grading process, which computes these functions
+(``stand_ins.py``) and returns the answer and its gradient. Each is written from the handout's definitions with
+torch alone; a test holds them to sapo_lab's references. The training part holds the student's loss to
+:func:`sapo_loss` on the trainer's batches.
 """
 
 import torch

@@ -74,6 +74,35 @@ def test_a_module_that_patches_the_grader_while_training_changes_no_verdict(tmp_
     assert result.earned == 0 and result.note.startswith("below the required gain"), result.note
 
 
+@pytest.mark.slow
+def test_a_module_that_trains_with_another_loss_than_the_graded_one_fails_the_training_part(tmp_path):
+    """An outside trial passed the training part with plain REINFORCE: its sapo_loss returned the handout's answer
+    when graded and switched to -mean(A logp) when the trainer's service was on its call stack (at ratio 1 both
+    have the same gradient, so the gain alone cannot tell them apart). Catches a training part that trusts the
+    loss it trains with to be the graded one; the handout's own module passes the same check above."""
+    module = write(tmp_path, f"""
+        import sys
+        exec(open({str(HANDOUT)!r}).read())
+        _graded = sapo_loss
+
+        def _training():
+            frame = sys._getframe()
+            while frame is not None:
+                if frame.f_code.co_name == "serve":
+                    return True
+                frame = frame.f_back
+            return False
+
+        def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):
+            if _training():
+                return masked_mean(-advantages[:, None] * logp, mask)
+            return _graded(logp, behavior_logp, advantages, mask, tau_pos, tau_neg)
+        """)
+    result = grader.train_isolated(str(module), "micro", MICRO, min_gain=-1.0, reward=PARITY)
+    assert result.earned == 0, result.note
+    assert "the sapo_loss that trains is not the one graded" in result.note and "returns" in result.note, result.note
+
+
 LIBRARY_LOSS = ("losses.policy_loss(logp, behavior_logp, advantages, mask, loss_type='sapo', "
                 "tau_pos=tau_pos, tau_neg=tau_neg).loss")
 
