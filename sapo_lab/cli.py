@@ -487,6 +487,9 @@ def _grade_flags(p: argparse.ArgumentParser) -> None:
                         "get a budget of their own of this size); what is left when it runs out is not graded")
     p.add_argument("--allow-sapo-lab", action="store_true",
                    help="instructor's switch: let the module import sapo_lab (refused by default)")
+    p.epilog = ("exit status: 0 every part passed in the sandbox; 1 a part failed;\n"
+                "2 not gradable (one line); 3 every part passed but not for credit\n"
+                "(no sandbox on this machine, or --allow-sapo-lab)")
 
 
 def _doctor_flags(p: argparse.ArgumentParser) -> None:

@@ -107,6 +107,7 @@ def test_a_passing_run_without_the_sandbox_exits_3_not_0(monkeypatch, tmp_path):
     assert run.stdout.splitlines()[1].startswith("NOT ISOLATED") and "not for credit" in run.stdout.splitlines()[1]
     failing = grade_in_process(str(one_file("wrong_clip_max.py", tmp_path)), "--seed", str(SEED))
     assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "3 every part passed but not for credit" in grade_in_process("--help").stdout  # said where it is read
 
 
 def test_the_skeleton_scores_zero_and_says_not_implemented():
