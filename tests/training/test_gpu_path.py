@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from _micro import QUIET, micro
+from _small_gpu_model import shrink_gpu_gpt2_small
 
 from sapo_lab.cli import main
 from sapo_lab.training import device as device_module
@@ -66,7 +67,12 @@ def test_a_run_under_bf16_autocast_trains_on_the_cpu(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_gpu_benchmark_runs_in_smoke_mode_on_the_cpu(capsys):
+def test_the_gpu_benchmark_runs_in_smoke_mode_on_the_cpu(capsys, monkeypatch):
+    """The benchmark's script runs end to end without a GPU and prints its lines, and without --smoke it asks
+    for one. Catches a benchmark broken by a trainer change (a renamed hook, metric or config key) before
+    anyone takes it to a GPU. Its smoke numbers mean nothing, so the model is GPT-2 small's name and
+    vocabulary on a one-layer trunk (_small_gpu_model), not the 124M parameters only a GPU run needs."""
+    shrink_gpu_gpt2_small(monkeypatch)
     spec = importlib.util.spec_from_file_location("gpu_throughput", ROOT / "benchmarks" / "gpu_throughput.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
