@@ -9,9 +9,12 @@ kernel's globals and, for the stub (``tools/make_student.py``'s), every right an
 that variant, then the check, then restores the snapshot; then it runs the solution and the check as the notebook
 has them. An exercise with its own stub must print "not done yet" and raise nothing (the student notebook goes on);
 the generic stub must fail. A wrong answer must run and then fail the check with an AssertionError or
-CheckFailed whose message holds the registered words. Catches a check that passes on a value left from an earlier
-cell, a check that only tests a shape, a wrong answer that is really right, a check that rejects a right answer
-written differently (float32, another formula, K = 2's equality case), and a message that names the wrong mistake.
+CheckFailed whose message holds the registered words. Cells that only show something (``hide-input`` cells that
+bind no name a later source reads and change nothing later cells see, ``_exercises.display_only_cells``) are left
+out: they cannot change what a check sees, and the executed book build runs them. Catches a check that passes on a
+value left from an earlier cell, a check that only tests a shape, a wrong answer that is really right, a check
+that rejects a right answer written differently (float32, another formula, K = 2's equality case), and a message
+that names the wrong mistake.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import importlib.util
 import json
 
 import pytest
-from _exercises import BOOK, ROOT, exercises, notebooks_with_exercises
+from _exercises import BOOK, ROOT, display_only_cells, exercises, notebooks_with_exercises
 
 spec = importlib.util.spec_from_file_location("make_student", ROOT / "tools" / "make_student.py")
 make_student = importlib.util.module_from_spec(spec)
@@ -87,6 +90,43 @@ def test_no_check_cell_is_hidden_from_the_student():
             assert not make_student.is_solution(cells[e.check]), f"{e.label}: its check is a solution cell"
 
 
+def _notebook(tmp_path, cells):
+    """A notebook file of (tags, source) code cells after one exercise's opening; a source may be a
+    (source, wrong answer) pair, the solution's."""
+    opening = {"cell_type": "markdown", "metadata": {}, "source": "```{exercise-start}\n:label: ex-demo\n```"}
+    code = []
+    for tags, source in cells:
+        source, wrong = source if isinstance(source, tuple) else (source, None)
+        meta = {"tags": tags, **({"wrong_answers": [{"mistake": "m", "source": wrong}]} if wrong else {})}
+        code.append({"cell_type": "code", "metadata": meta, "source": source, "outputs": [],
+                     "execution_count": None})
+    path = tmp_path / "demo.ipynb"
+    path.write_text(json.dumps({"cells": [opening, *code], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_only_cells_that_change_nothing_a_check_sees_are_left_out(tmp_path):
+    """Each kept cell below is one mistake the analysis could make; a kept cell left out would let the grading
+    test run a check on a notebook state the student never has."""
+    hidden = ["hide-input"]
+    path = _notebook(tmp_path, [
+        ([], "import torch\nrows = []\nx = 1\n\ndef show():\n    return w"),  # 1: setup
+        (hidden, "y = x + 1\nprint(y)"),  # 2 kept: the solution reads y (liveness ignored)
+        (hidden, "z = 2\nprint(z)"),  # 3 left out: the check binds z again before reading it
+        (hidden, "rows.append(3)"),  # 4 kept: changes a list later cells see (in-place methods ignored)
+        (hidden, "torch.manual_seed(0)"),  # 5 kept: moves the random generator (global state ignored)
+        (hidden, "w = 5"),  # 6 kept: show(), defined earlier, reads w (function bodies ignored)
+        (hidden, "v = 1"),  # 7 kept: the registered wrong answer reads v (answers ignored)
+        (hidden, "fig = dict(a=1)\nfig['title'] = 't'\nfor t in range(2):\n    q = t"),  # 8 left out
+        ([], "u = 0"),  # 9 kept: not tagged hide-input (the tag is the author's word that it only shows)
+        (["solution"], ("def f():\n    return y", "def f():\n    return v")),  # 10
+        (["check"], "z = 3\nq = 0\nassert f() == y + z - 3 + q + u, 'f'"),  # 11
+    ])
+    assert display_only_cells(path) == {3, 8}
+    # a stub is executed too: one reading z keeps cell 3 (catches stubs left out of the analysis)
+    assert display_only_cells(path, {10: "def f():\n    return z"}) == {8}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_solution(path):
@@ -97,7 +137,10 @@ def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_so
     nb = nbformat.read(path, as_version=4)
     by_solution = {e.solution: e for e in exercises(path)}
     last = max(e.check for e in by_solution.values())
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}})
+    only_shows = display_only_cells(path, {i: make_student.stub_source(nb.cells[i]) for i in by_solution})
+    # the kernel is stopped at once when the checks are done: a graceful shutdown waits about a second for nothing
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}},
+                            shutdown_kernel="immediate")
     problems = []
 
     def run(source):
@@ -112,7 +155,7 @@ def test_each_check_fails_on_the_stub_and_the_wrong_answers_and_passes_on_the_so
 
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells[: last + 1]):
-            if cell.cell_type != "code":
+            if cell.cell_type != "code" or index in only_shows:
                 continue
             ex = by_solution.get(index)
             if ex is not None:
