@@ -118,9 +118,9 @@ def test_only_cells_that_change_nothing_a_check_sees_are_left_out(tmp_path):
         (hidden, "w = 5"),  # 6 kept: show(), defined earlier, reads w (function bodies ignored)
         (hidden, "v = 1"),  # 7 kept: the registered wrong answer reads v (answers ignored)
         (hidden, "fig = dict(a=1)\nfig['title'] = 't'\nfor t in range(2):\n    q = t"),  # 8 left out
-        ([], "u = 0"),  # 9 kept: not tagged hide-input (the tag is the author's word that it only shows)
+        ([], "unread = 0"),  # 9 kept: not tagged hide-input (the tag is the author's word that it only shows)
         (["solution"], ("def f():\n    return y", "def f():\n    return v")),  # 10
-        (["check"], "z = 3\nq = 0\nassert f() == y + z - 3 + q + u, 'f'"),  # 11
+        (["check"], "z = 3\nq = 0\nassert f() == y + z - 3 + q, 'f'"),  # 11
     ])
     assert display_only_cells(path) == {3, 8}
     # a stub is executed too: one reading z keeps cell 3 (catches stubs left out of the analysis)
