@@ -109,7 +109,9 @@ EVENTS_CAP = 64 * 2**20
 WORK_PREFIXES = ("sapo-grade-", "sapo-train-", "sapo-student-")
 MAX_SEED = 2**63 - 1  # the largest seed torch's generator takes
 SUBMISSION_CAP = 16 * 2**20  # bytes of the module's file, copied into each sandbox
-FRESH_TAUS = (1.05, 2.0, 0.5)  # tau_neg (and the gate's tau) of each fresh case; never 1.0 = tau_pos
+# the optional arguments of each fresh case (the gate's tau is tau_neg): the first leaves them out, so the
+# student's own defaults run; the others move eps and both temperatures off the defaults, never tau_pos = tau_neg
+FRESH_SETTINGS = ({}, {"eps": 0.1, "tau_pos": 0.7, "tau_neg": 2.0}, {"eps": 0.3, "tau_pos": 1.5, "tau_neg": 0.5})
 
 
 class NotGradable(Exception):
@@ -208,9 +210,9 @@ def fresh_calls(seed: int) -> dict:
     from .reference import REFERENCE, arguments, fresh_cases
 
     out = {part: [] for part in PARTS}
-    for case, tau in zip(fresh_cases(seed), FRESH_TAUS, strict=True):
+    for case, settings in zip(fresh_cases(seed), FRESH_SETTINGS, strict=True):
         for part in PARTS:
-            kwargs = _jsonable(arguments(part, case, tau))
+            kwargs = _jsonable(arguments(part, case, settings))
             ref = REFERENCE[part]
             out[part].append((kwargs, observe(part, lambda *a, f=ref, p=part, **k: f(*positional(p, a, k)), kwargs)))
     return out
@@ -381,7 +383,10 @@ def run_child(request: dict, workdir: Path, time_limit: float, budget: Budget | 
             events.append(event)
             if event["event"] == "ready" and clock["ready"] is None:
                 clock["ready"] = now
-            clock["progress"] = now
+            # calls run one after another, so a call's time counts from the last answer (or the import's end);
+            # no other message restarts it (a module may send "start" again for the call it is stuck in)
+            if event["event"] in ("ready", "imported", "result"):
+                clock["progress"] = now
 
     timed_out = None
     while proc.poll() is None:
@@ -465,12 +470,12 @@ def run_student(path: str, calls: dict, allow_sapo_lab: bool = False, time_limit
         if run.first("imported") is None:
             if run.first("ready") is None:
                 last = one_line((run.output.strip().splitlines() or ["no output"])[-1], 200)
-                raise NotGradable(f"the grading process did not start (exit status {run.returncode}): {last}")
+                raise NotGradable(f"the process that runs the module did not start (exit status {run.returncode}): {last}")
             if run.timed_out == "budget":
                 raise NotGradable(f"{path} did not finish importing within the time budget ({budget.total:g} s)")
             if run.timed_out:
                 raise NotGradable(f"{path} did not finish importing within the time limit ({time_limit:g} s)")
-            raise NotGradable(f"{path} ended the grading process while importing (exit status {run.returncode})")
+            raise NotGradable(f"{path} ended its own process while importing (exit status {run.returncode})")
     return {key: result for _, results in outcomes for key, result in results.items()}
 
 
@@ -523,7 +528,7 @@ def _run_calls(request: dict, workdir: Path, time_limit: float, budget: Budget, 
         if stuck is not None and stuck not in results:
             results[stuck] = {"error": {"call": f"exceeded the time limit ({time_limit:g} s)",
                                         "budget": budget.ran_out()}.get(
-                run.timed_out, f"ended the grading process (exit status {run.returncode})")}
+                run.timed_out, f"ended its own process (exit status {run.returncode})")}
             part = next(c["part"] for c in todo if c["key"] == stuck)
             results.update({c["key"]: {"error": f"not graded: an earlier call of {part} did not answer"}
                             for c in todo if c["part"] == part and c["key"] not in results})
@@ -533,7 +538,7 @@ def _run_calls(request: dict, workdir: Path, time_limit: float, budget: Budget, 
         left = [c for c in todo if c["key"] not in results]
         if len(left) == len(todo):  # no progress: the process ended before its first call
             for c in left:
-                results[c["key"]] = {"error": f"not graded: the grading process ended (exit status {run.returncode})"}
+                results[c["key"]] = {"error": f"not graded: the module's process ended (exit status {run.returncode})"}
             break
         todo = left
     results.update({key: {"error": why} for key, why in forged.items()})
@@ -586,7 +591,10 @@ def known_mistakes(part: str, inputs: dict) -> dict:
     exercise checks) knows for ``part``, computed here from one call's inputs as the student's function was
     called. A mistake that cannot be computed on these inputs is left out."""
     from .mistakes import MISTAKES
+    from .reference import DEFAULTS
 
+    optional = [name for name in PARTS[part][1] if name in DEFAULTS and name not in inputs]
+    inputs = {**inputs, **{name: DEFAULTS[name] for name in optional}}  # a call that left them to the defaults
     known = {}
     for mistake in MISTAKES.get(part, ()):
         try:
@@ -622,7 +630,9 @@ def _difference(got, want) -> str:
 
 OUTPUT_WORDS = {"value": "value", "per_response": "per_response", "token_pool": "token_pool",
                 "grad_logp": "gradient with respect to logp", "grad_behavior_logp": "gradient with respect to "
-                "behavior_logp"}
+                "behavior_logp", "grad_ratio": "gradient with respect to ratio",
+                "grad_per_response": "gradient of per_response with respect to values",
+                "grad_token_pool": "gradient of token_pool with respect to values"}
 
 
 def _precision_verdict(part: str, points: int, calls: list) -> PartResult:
@@ -650,6 +660,25 @@ def _precision_verdict(part: str, points: int, calls: list) -> PartResult:
 
 
 def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
+    """:func:`_judge_part`'s verdict, which says so where it fails only on the calls that leave the optional
+    arguments to the student's own defaults (a signature whose defaults are not the skeleton's)."""
+    from .reference import DEFAULTS
+
+    result = _judge_part(part, frozen, fresh)
+    optional = [name for name in PARTS[part][1] if name in DEFAULTS]
+    on_defaults = {i for i, settings in enumerate(FRESH_SETTINGS) if not settings and i < len(fresh)}
+    if result.earned or not optional or not on_defaults:
+        return result
+    others = [(case["expected"], res) for case, res in frozen]
+    others += [(item[0], item[1]) for i, item in enumerate(fresh) if i not in on_defaults]
+    if all("error" not in res and close(res["outputs"], exp) for exp, res in others):
+        said = ", ".join(f"{n}={DEFAULTS[n]}" for n in optional)
+        return replace(result, note=f"{result.note}; it fails only on the call that leaves these arguments to your "
+                                    f"function's defaults: are they the skeleton's ({said})?")
+    return result
+
+
+def _judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     """The verdict on one part from its calls' results: ``frozen`` is [(case from expected.json, result)],
     ``fresh`` is [(expected outputs, result)] or [(expected outputs, result, inputs)]; full points only when every
     call matches. A failing part is named by the known mistake whose outputs it reproduces on the inputs of the
@@ -702,6 +731,10 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
             return PartResult(part, points, 0, f"a gradient reaches behavior_logp ({label}): detach behavior_logp")
         if exp.get("grad_logp") is not None and got.get("grad_logp") is None:
             return PartResult(part, points, 0, f"no gradient reaches logp ({label}): is the result detached?")
+        for key in ("grad_ratio", "grad_per_response", "grad_token_pool"):
+            if exp.get(key) is not None and got.get(key) is None:
+                return PartResult(part, points, 0, f"no {OUTPUT_WORDS[key]} ({label}): is something detached or "
+                                  "computed outside torch (.item(), a Python number)? The SAPO loss trains through it")
     label, exp, _, got = failing[0]
     key = next(k for k in exp if not close(got.get(k) if isinstance(got, dict) else None, exp[k]))
     said = _difference(got.get(key), exp[key])
@@ -929,13 +962,15 @@ class StudentLoss:
         ref = float(ref.detach())
         if not math.isclose(value, ref, rel_tol=TRAIN_CHECK_RTOL, abs_tol=TRAIN_CHECK_RTOL):
             self.close(hung=True)
-            raise StudentLossError(f"the sapo_loss that trains is not the one graded: on the trainer's batch it "
-                                   f"returns {value:.6g} where the handout's definition gives {ref:.6g}")
+            raise StudentLossError(f"on the trainer's batch your sapo_loss returns {value:.6g} where the handout's "
+                                   f"definition gives {ref:.6g} (here it runs with your own helper functions; the "
+                                   "loss that trains must be the one graded)")
         if not torch.allclose(grad.to(ref_grad.dtype), ref_grad, rtol=TRAIN_CHECK_RTOL,
                               atol=TRAIN_CHECK_RTOL * scale):
             self.close(hung=True)
-            raise StudentLossError("the sapo_loss that trains is not the one graded: on the trainer's batch its "
-                                   "gradient with respect to logp differs from the handout's definition")
+            raise StudentLossError("on the trainer's batch the gradient of your sapo_loss with respect to logp "
+                                   "differs from the handout's definition (here it runs with your own helper "
+                                   "functions: does one of them, such as sapo_gate or masked_mean, detach?)")
 
     def close(self, hung: bool = False) -> None:
         """End the student's process (and anything it started): given 5 s to leave once its pipes close, or

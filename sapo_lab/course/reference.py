@@ -108,22 +108,32 @@ def fresh_cases(seed: int) -> list[dict]:
     return [batch(seeds[0], 3, 4, 6, far=True), batch(seeds[1], 4, 2, 5, far=True), batch(seeds[2], 2, 5, 7)]
 
 
-def arguments(part: str, case: dict, tau: float = 1.05) -> dict:
-    """The keyword arguments of one graded call of ``part`` on a batch (tensors as given to the student)."""
+# the handout's defaults of the optional arguments (the skeleton's signatures)
+DEFAULTS = {"eps": 0.2, "tau_pos": 1.0, "tau_neg": 1.05}
+
+
+def arguments(part: str, case: dict, settings: dict | None = None) -> dict:
+    """The keyword arguments of one graded call of ``part`` on a batch (tensors as given to the student).
+
+    ``settings``: None passes every optional argument at the handout's default; a dict passes its values and leaves
+    out the ones it lacks, so that the student's function runs on its own defaults (which must be the handout's)."""
+    given = dict(DEFAULTS) if settings is None else dict(settings)
     c = case
     if part == "group_advantages":
         return {"rewards": c["rewards"]}
     if part == "masked_mean":
         return {"values": c["logp"], "mask": c["mask"]}  # called once per aggregation
     if part == "sapo_gate":
-        return {"ratio": torch.exp(c["logp"] - c["behavior_logp"]).reshape(-1), "tau": tau}
+        return {"ratio": torch.exp(c["logp"] - c["behavior_logp"]).reshape(-1),
+                "tau": given.get("tau_neg", DEFAULTS["tau_neg"])}
     common = {"logp": c["logp"], "behavior_logp": c["behavior_logp"], "mask": c["mask"]}
+    temperatures = {k: given[k] for k in ("tau_pos", "tau_neg") if k in given}
     if part == "clipped_surrogate_loss":
-        return {**common, "advantages": c["advantages"], "eps": 0.2}
+        return {**common, "advantages": c["advantages"], **({"eps": given["eps"]} if "eps" in given else {})}
     if part == "sapo_loss":
-        return {**common, "advantages": c["advantages"], "tau_pos": 1.0, "tau_neg": tau}
+        return {**common, "advantages": c["advantages"], **temperatures}
     if part == "gspo_sequence_ratio":
         return common
     if part == "update_loss":
-        return {**common, "rewards": c["rewards"], "tau_pos": 1.0, "tau_neg": tau}
+        return {**common, "rewards": c["rewards"], **temperatures}
     raise KeyError(part)

@@ -57,22 +57,41 @@ def _grad(t):
     return t.tolist()
 
 
+def _gradient(out, leaf):
+    """The gradient of ``out`` (summed) with respect to ``leaf``; None where none flows."""
+    import torch
+
+    if not (torch.is_tensor(out) and out.requires_grad and out.numel()):
+        return None
+    return torch.autograd.grad(out.sum(), [leaf], allow_unused=True)[0]
+
+
 def observe_with_meta(part: str, fn, kwargs: dict) -> tuple[dict, dict]:
-    """Call ``fn`` as the grader calls the student's function: the outputs compared (values, and for the losses and
-    GSPO's ratio the gradients with respect to ``logp`` and ``behavior_logp``, None where none flows) and, for
-    each returned value, its shape and dtype."""
+    """Call ``fn`` as the grader calls the student's function: the outputs compared (values; for the losses and
+    GSPO's ratio the gradients with respect to ``logp`` and ``behavior_logp``, for the gate the gradient with
+    respect to the ratio, for the masked mean each aggregation's with respect to the values; None where none
+    flows) and, for each returned value, its shape and dtype."""
     import torch
 
     kw = {k: torch.tensor(v, dtype=torch.float64) if isinstance(v, list) else v for k, v in kwargs.items()}
     for k, v in list(kw.items()):
         if torch.is_tensor(v):
             kw[k] = v.detach().clone().to(torch.float64)
-    if part in ("group_advantages", "sapo_gate"):
+    if part == "group_advantages":
         out = fn(**kw)
         return {"value": _values(out)}, {"value": _describe(out)}
-    if part == "masked_mean":
-        outs = {agg: fn(kw["values"], kw["mask"], aggregation=agg) for agg in AGGREGATIONS}
-        return {agg: _values(v) for agg, v in outs.items()}, {agg: _describe(v) for agg, v in outs.items()}
+    if part == "sapo_gate":  # and the gradient with respect to the ratio, which the SAPO loss trains through
+        kw["ratio"].requires_grad_(True)
+        out = fn(**kw)
+        return {"value": _values(out), "grad_ratio": _grad(_gradient(out, kw["ratio"]))}, {"value": _describe(out)}
+    if part == "masked_mean":  # and each aggregation's gradient with respect to the values
+        recorded, meta = {}, {}
+        for agg in AGGREGATIONS:
+            values = kw["values"].detach().clone().requires_grad_(True)
+            out = fn(values, kw["mask"], aggregation=agg)
+            recorded[agg], meta[agg] = _values(out), _describe(out)
+            recorded[f"grad_{agg}"] = _grad(_gradient(out, values))
+        return recorded, meta
     kw["logp"].requires_grad_(True)
     kw["behavior_logp"].requires_grad_(True)
     out = fn(**kw)

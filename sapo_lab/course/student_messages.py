@@ -17,7 +17,8 @@ MAX_DEPTH = 8  # nesting of the lists in an output (a (B, T) gradient is 2; a wr
 # part -> the outputs the harness records for one call (sandbox.observe_with_meta)
 LOSS_OUTPUTS = ("value", "grad_logp", "grad_behavior_logp")
 OUTPUT_KEYS = {
-    "group_advantages": ("value",), "sapo_gate": ("value",), "masked_mean": ("per_response", "token_pool"),
+    "group_advantages": ("value",), "sapo_gate": ("value", "grad_ratio"),
+    "masked_mean": ("per_response", "token_pool", "grad_per_response", "grad_token_pool"),
     "clipped_surrogate_loss": LOSS_OUTPUTS, "sapo_loss": LOSS_OUTPUTS, "gspo_sequence_ratio": LOSS_OUTPUTS,
     "update_loss": LOSS_OUTPUTS,
 }

@@ -139,12 +139,12 @@ def test_float32_rounding_is_judged_from_the_numbers_not_from_the_claimed_dtype(
     kwargs = {"ratio": [[0.7, 1.0, 1.3], [2.5, 0.2, 1.05]], "tau": 1.05}
     exp = observe("sapo_gate", sapo_gate, kwargs)
     claim = {"value": {"shape": [2, 3], "dtype": "float64"}}
-    rounded = {"value": torch.tensor(exp["value"], dtype=torch.float32).double().tolist()}
+    rounded = {key: torch.tensor(v, dtype=torch.float32).double().tolist() for key, v in exp.items()}
     assert grader.close(rounded, exp)  # within the value tolerance: only the precision test can see it
     result = grader.judge_part("sapo_gate", [], [(exp, {"outputs": rounded, "meta": claim})])
     assert result.earned == 0 and result.mistake == "float32 precision", result
     assert "float32" in result.note and "torch.tensor(0.2)" in result.note
-    reordered = {"value": [[x * (1 + 3e-15) for x in row] for row in exp["value"]]}
+    reordered = {key: [[x * (1 + 3e-15) for x in row] for row in v] for key, v in exp.items()}
     result = grader.judge_part("sapo_gate", [], [(exp, {"outputs": reordered, "meta": claim})])
     assert result.earned == result.points, result
 

@@ -117,7 +117,7 @@ def test_a_module_that_patches_the_graders_comparison_gains_nothing(tmp_path):
 
 @pytest.mark.parametrize("leaves, says", [
     ("raise SystemExit(0)", "does not import: SystemExit: 0"),
-    ("import os\nos._exit(0)", "ended the grading process while importing (exit status 0)"),
+    ("import os\nos._exit(0)", "ended its own process while importing (exit status 0)"),
 ])
 def test_a_module_that_exits_0_at_import_is_not_graded(tmp_path, leaves, says):
     # catches: the exit status taken from the student's process (0 = "all parts pass")
@@ -148,7 +148,7 @@ def test_a_fake_report_printed_by_the_module_is_not_the_report(tmp_path):
     assert earned(run.stdout) == FULL - grader.PARTS["sapo_loss"][0]
     assert "xxxx" not in run.stdout and f"{FULL}/{FULL}" not in run.stdout and "20/20" not in run.stdout
     sapo = next(line for line in run.stdout.splitlines() if line.startswith("sapo_loss"))
-    assert "0/20" in sapo and "ended the grading process (exit status 0) (fresh case 2)" in sapo, sapo
+    assert "0/20" in sapo and "ended its own process (exit status 0) (fresh case 2)" in sapo, sapo
 
 
 HELPER = "import sapo_lab\n"

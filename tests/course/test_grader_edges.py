@@ -1,0 +1,89 @@
+"""The grader at the edges an outside attacker found: a call's time limit that the module's own messages cannot
+restart, the gradients the gate and the masked mean pass on (values alone let a detached gate score full marks
+while its losses could not train), and the arguments a call leaves to the module's defaults or moves off them.
+Each module here is the handout's with one planted change; each test names the mistake it catches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sapo_lab.course import grader
+from sapo_lab.course.reference import DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDOUT = ROOT / "tests" / "course" / "assignment_modules" / "from_handout.py"
+SEED = 20261206
+
+
+def planted(tmp_path, old: str, new: str, prefix: str = "") -> Path:
+    text = HANDOUT.read_text()
+    assert text.count(old) == 1, old
+    path = tmp_path / "submission.py"
+    path.write_text(prefix + text.replace(old, new))
+    return path
+
+
+RESTARTS_ITS_CLOCK = '''
+import json as _json, os as _os, sys as _sys, time as _time
+_FD = int(_sys.argv[1])  # the harness's event pipe, whose number the harness is started with
+_first = [True]
+
+
+def _slow_gate(ratio, tau):
+    if _first[0]:  # the first call runs three times the limit, saying "start" again every 0.3 s
+        _first[0] = False
+        for _ in range(20):
+            _os.write(_FD, (_json.dumps({"event": "start", "key": "sapo_gate/frozen/0"}) + "\\n").encode())
+            _time.sleep(0.3)
+    return _right_gate(ratio, tau)
+'''
+
+
+def test_a_call_past_its_time_limit_fails_even_when_the_module_restarts_the_clock(tmp_path):
+    # catches: the per-call clock restarted by any message from the student's process (a repeated "start"),
+    # which let a call run past --time-limit and still score (85/85, exit 0 in the trial)
+    module = planted(tmp_path, "def sapo_gate(ratio, tau):", "def _right_gate(ratio, tau):", RESTARTS_ITS_CLOCK)
+    module.write_text(module.read_text() + "\nsapo_gate = _slow_gate\n")
+    report = grader.grade(str(module), seed=SEED, parts=["sapo_gate"], time_limit=2.0)
+    gate = report.part("sapo_gate")
+    assert gate.earned == 0 and "exceeded the time limit (2 s)" in gate.note, gate.note
+
+
+def test_a_gate_that_detaches_the_ratio_fails_its_part(tmp_path):
+    # catches: the gate graded on values alone: with ratio.detach() inside it the values are right, the losses
+    # built on it cannot train, and the composite parts (graded with the stand-in gate) all pass
+    module = planted(tmp_path, "return 4.0 / tau * torch.sigmoid(tau * (ratio - 1.0))",
+                     "return 4.0 / tau * torch.sigmoid(tau * (ratio.detach() - 1.0))")
+    report = grader.grade(str(module), seed=SEED, parts=["sapo_gate", "sapo_loss"])
+    gate = report.part("sapo_gate")
+    assert gate.earned == 0 and gate.note.startswith("no gradient with respect to ratio"), gate.note
+    assert report.part("sapo_loss").earned == report.part("sapo_loss").points  # one bug, one part
+
+
+def test_a_masked_mean_that_detaches_one_aggregation_fails_its_part(tmp_path):
+    # catches: the masked mean graded on values alone (a token_pool branch built with .detach())
+    module = planted(tmp_path, "return (values * m).sum() / m.sum()", "return (values.detach() * m).sum() / m.sum()")
+    report = grader.grade(str(module), seed=SEED, parts=["masked_mean"])
+    part = report.part("masked_mean")
+    assert part.earned == 0 and "gradient of token_pool with respect to values" in part.note, part.note
+
+
+def test_the_first_fresh_case_runs_the_modules_own_defaults(tmp_path):
+    # catches: every call passing eps, tau_pos and tau_neg explicitly, so that a signature whose defaults are
+    # swapped (tau_pos=1.05, tau_neg=1.0) scores full marks
+    assert grader.FRESH_SETTINGS[0] == {} and DEFAULTS == {"eps": 0.2, "tau_pos": 1.0, "tau_neg": 1.05}
+    module = planted(tmp_path, "def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):",
+                     "def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.05, tau_neg=1.0):")
+    report = grader.grade(str(module), seed=SEED, parts=["sapo_loss"])
+    part = report.part("sapo_loss")
+    assert part.earned == 0 and "leaves these arguments to your function's defaults" in part.note, part.note
+
+
+def test_a_clip_range_that_ignores_eps_fails_on_the_cases_that_move_it(tmp_path):
+    # catches: every case clipping at the default 0.2, so that a loss with 0.8/1.2 written in scores full marks
+    assert sorted(s.get("eps", 0.2) for s in grader.FRESH_SETTINGS) == [0.1, 0.2, 0.3]
+    module = planted(tmp_path, "torch.clamp(ratio, 1 - eps, 1 + eps)", "torch.clamp(ratio, 0.8, 1.2)")
+    report = grader.grade(str(module), seed=SEED, parts=["clipped_surrogate_loss"])
+    part = report.part("clipped_surrogate_loss")
+    assert part.earned == 0, part.note
