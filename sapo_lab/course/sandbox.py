@@ -77,6 +77,18 @@ def observe_with_meta(part: str, fn, kwargs: dict) -> tuple[dict, dict]:
     for k, v in list(kw.items()):
         if torch.is_tensor(v):
             kw[k] = v.detach().clone().to(torch.float64)
+    given = {k: v.clone() for k, v in kw.items() if torch.is_tensor(v)}
+    recorded, meta = _observe(part, fn, kw)
+    for name, before in given.items():  # a trainer's batch, changed under it, would train on other numbers
+        after = kw[name].detach()
+        if after.shape != before.shape or not torch.equal(torch.nan_to_num(after), torch.nan_to_num(before)):
+            raise ValueError(f"{part} changes its input {name} in place (the caller's tensor): work on a copy")
+    return recorded, meta
+
+
+def _observe(part: str, fn, kw: dict) -> tuple[dict, dict]:
+    import torch
+
     if part == "group_advantages":
         out = fn(**kw)
         return {"value": _values(out)}, {"value": _describe(out)}

@@ -87,3 +87,14 @@ def test_a_clip_range_that_ignores_eps_fails_on_the_cases_that_move_it(tmp_path)
     report = grader.grade(str(module), seed=SEED, parts=["clipped_surrogate_loss"])
     part = report.part("clipped_surrogate_loss")
     assert part.earned == 0, part.note
+
+
+def test_a_function_that_changes_its_input_in_place_fails_its_part(tmp_path):
+    # catches: inputs cloned for each call and never looked at again, so that a group_advantages that normalises
+    # the caller's reward table in place (which a trainer would then log and reuse) scores full marks
+    module = planted(tmp_path, "    mean = rewards.mean(dim=1, keepdim=True)\n",
+                     "    rewards -= rewards.mean(dim=1, keepdim=True)  # centred in place: the values stay right\n"
+                     "    mean = 0.0\n")
+    report = grader.grade(str(module), seed=SEED, parts=["group_advantages"])
+    part = report.part("group_advantages")
+    assert part.earned == 0 and "changes its input rewards in place" in part.note, part.note
