@@ -349,23 +349,25 @@ def test_forged_or_malformed_messages_fail_their_own_part_in_one_line(tmp_path):
     (b'{"event": "ready", "extra": 1}', "unexpected keys ['extra']"),
     (b'{"event": "teleport"}', "an unknown event"),
     (b'{"event": "start", "key": "elsewhere/0"}', "a call this process was not asked for"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0, "x": 2}, "meta": {}}',
+    (b'{"event": "result", "key": "group_advantages/frozen/0", "outputs": {"value": 1.0, "x": 2}, "meta": {}}',
      "whose outputs are not ['value']"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": ' + b"[" * 9 + b"1.0" + b"]" * 9
+    (b'{"event": "result", "key": "group_advantages/frozen/0", "outputs": {"value": ' + b"[" * 9 + b"1.0" + b"]" * 9
      + b'}, "meta": {"value": {"shape": [1], "dtype": "float64"}}}', "nests lists more than 8 deep"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": [' + b"1.0, " * 100_000
+    (b'{"event": "result", "key": "group_advantages/frozen/0", "outputs": {"value": [' + b"1.0, " * 100_000
      + b'1.0]}, "meta": {"value": {"shape": [1], "dtype": "float64"}}}', "more than 100000 numbers"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0}, "meta": {"value": [1]}}',
+    (b'{"event": "result", "key": "group_advantages/frozen/0", "outputs": {"value": 1.0}, "meta": {"value": [1]}}',
      "meta of value is a list"),
-    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0}, '
+    (b'{"event": "result", "key": "group_advantages/frozen/0", "outputs": {"value": 1.0}, '
      b'"meta": {"value": {"shape": ["x"], "dtype": "float64"}}}', "not a list of sizes"),
     (b'{"event": "refused", "message": 7}', "is a number, not text"),
+    (b'{"event": "result", "key": "sapo_gate/frozen/0", "outputs": {"value": 1.0}, "meta": {}}',
+     "whose outputs are not ['value', 'grad_ratio']"),  # the gate's gradient cannot be left out
 ])
 def test_each_message_is_checked_against_the_schema(line, says):
     # catches: a message of the wrong shape taken as an event (a list where a key belongs, keys the harness never
     # sends, a call another process grades, outputs or meta of the wrong structure or nesting, text that is not
     # text), which the grading process would then index, hash or print
-    calls = {"sapo_gate/frozen/0": "sapo_gate"}
+    calls = {"group_advantages/frozen/0": "group_advantages", "sapo_gate/frozen/0": "sapo_gate"}
     with pytest.raises(student_messages.Malformed, match=re.escape(says)):
         student_messages.parse_event(line, calls)
 
