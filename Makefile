@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BOOK_FLAGS := -W -n --keep-going
 NOTEBOOKS := $(wildcard book/*.ipynb)
-# Two pytest workers (CI has 2 cores). Unit tests are dealt out one by one (the slow ones are few and long);
-# notebooks one file per worker, so that each keeps one kernel. `make unit UNIT_PAR= NB_PAR=` runs serially.
-UNIT_PAR ?= -n 2 --dist load
+# Two pytest workers (CI has 2 cores). Unit tests are dealt out one by one (the slow ones are few and long), but
+# those marked xdist_group stay on one worker (runs that share a cached cold start); notebooks one file per
+# worker, so that each keeps one kernel. `make unit UNIT_PAR= NB_PAR=` runs serially.
+UNIT_PAR ?= -n 2 --dist loadgroup
 NB_PAR ?= -n 2 --dist loadfile
 # One OpenMP thread per test process and kernel: two workers each spinning two threads on two cores made one
 # notebook test 17x slower (316 s instead of 18 s) on a clean checkout.

@@ -111,3 +111,8 @@ def optimizer_steps():
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(_snapshot(optimizer)))
     yield steps
     handle.remove()
+
+
+def pytest_configure(config):
+    # pytest-xdist registers this mark; a serial run without xdist (-p no:xdist) must know it too
+    config.addinivalue_line("markers", "xdist_group(name): tests that share one pytest-xdist worker")

@@ -182,6 +182,7 @@ def test_a_run_repeats_bit_for_bit_on_this_machine(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cold_start")  # one worker, so the runs that share a cold start train it once
 @pytest.mark.parametrize(("study", "run_id"), CHECKED)
 def test_committed_run_prefix_reproduces(tmp_path, cold_start_cache, study, run_id):
     run = ROOT / "results" / study / "runs" / run_id
