@@ -135,11 +135,14 @@ def mounts(submission_dir: str, allow_sapo_lab: bool = False) -> list[str]:
     for p in [*sorted(prefixes), *site_entries()]:
         if not any(kind == "bind" and _under(p, b) for kind, b in binds):
             binds.append(("bind", p))
+    package = os.path.realpath(PACKAGE_DIR)
     for secret in _secrets():
+        if allow_sapo_lab and secret == package:
+            continue  # the instructor's switch: the package stays in sight (never the tests or the frozen outputs)
         if any(_under(secret, b) for _, b in binds):
             binds.append(("hide", secret))
-    if allow_sapo_lab:  # the instructor's switch: the package alone, never the tests or the frozen outputs
-        binds.append(("bind", os.path.realpath(PACKAGE_DIR)))
+    if allow_sapo_lab and not any(kind == "bind" and _under(package, b) for kind, b in binds):
+        binds.append(("bind", package))  # an editable install: the package alone, out of the checkout
     # shallower paths first; at one depth, a folder before what hides part of it
     binds.sort(key=lambda kb: (kb[1].count(os.sep), kb[0] == "hide"))
     args: list[str] = []

@@ -517,3 +517,26 @@ def test_a_run_without_a_sandbox_says_on_every_report_that_it_is_not_for_credit(
     run = grade_in_process(str(write(tmp_path, "raise SystemExit(3)\n", with_handout=False)), "--seed", "1")
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "does not import: SystemExit: 3 [NOT ISOLATED: " in run.stderr and "not for credit]" in run.stderr
+
+
+def test_the_instructors_switch_shows_a_package_installed_inside_a_bound_site_folder(monkeypatch, tmp_path):
+    """sapo_lab installed into site-packages (not editable) lies inside a folder the sandbox binds, where it is
+    hidden under an empty tmpfs; --allow-sapo-lab must then leave it in sight. Catches a switch that binds the
+    package and hides it again (the hide sorted after the bind at the same depth), so that it has no effect,
+    and a switch that stops hiding the checkout too."""
+    site = tmp_path / "site-packages"
+    package = site / "sapo_lab"
+    package.mkdir(parents=True)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setattr(isolation, "PACKAGE_DIR", package)
+    monkeypatch.setattr(isolation, "ROOT", checkout)
+    monkeypatch.setattr(isolation, "site_entries", lambda: [str(site), str(tmp_path)])
+
+    def hidden(args):
+        return {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"}
+
+    refused = isolation.mounts("/nonexistent-submission", allow_sapo_lab=False)
+    allowed = isolation.mounts("/nonexistent-submission", allow_sapo_lab=True)
+    assert str(package) in hidden(refused) and str(checkout) in hidden(refused)
+    assert str(package) not in hidden(allowed) and str(checkout) in hidden(allowed)
