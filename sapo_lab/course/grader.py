@@ -207,14 +207,20 @@ def _jsonable(kwargs: dict) -> dict:
 
 def fresh_calls(seed: int) -> dict:
     """part -> [(kwargs, expected outputs)] on the batches drawn from ``seed``, the outputs computed by sapo_lab."""
-    from .reference import REFERENCE, arguments, fresh_cases
+    from .reference import REFERENCE, arguments, fresh_cases, long_responses
+
+    def expected(part, kwargs):
+        ref = REFERENCE[part]
+        return observe(part, lambda *a, f=ref, p=part, **k: f(*positional(p, a, k)), kwargs)
 
     out = {part: [] for part in PARTS}
     for case, settings in zip(fresh_cases(seed), FRESH_SETTINGS, strict=True):
         for part in PARTS:
             kwargs = _jsonable(arguments(part, case, settings))
-            ref = REFERENCE[part]
-            out[part].append((kwargs, observe(part, lambda *a, f=ref, p=part, **k: f(*positional(p, a, k)), kwargs)))
+            out[part].append((kwargs, expected(part, kwargs)))
+    # GSPO's ratio once more, on 1000-token responses: a product of token ratios overflows there
+    kwargs = _jsonable(long_responses(seed))
+    out["gspo_sequence_ratio"].append((kwargs, expected("gspo_sequence_ratio", kwargs)))
     return out
 
 
@@ -725,6 +731,9 @@ def _judge_part(part: str, frozen: list, fresh: list) -> PartResult:
             if isinstance(g, float) and not math.isfinite(g) and isinstance(e, (int, float)) and math.isfinite(e):
                 hint = ("; these inputs hold ratios up to e^7.5: does something overflow, e.g. exp(x) / (1 + exp(x))?"
                         if part in RATIO_PARTS else "; a division by zero?")
+                if part == "gspo_sequence_ratio":
+                    hint = ("; these responses hold up to 1000 tokens, whose product of ratios overflows: average "
+                            "the log-ratios, then take exp")
                 return PartResult(part, points, 0, f"{g} at {where} where the reference is {_number(e)} ({label}){hint}")
     for label, exp, _, got in failing:
         if "grad_behavior_logp" in exp and exp["grad_behavior_logp"] is None and got.get("grad_behavior_logp"):

@@ -112,6 +112,19 @@ def fresh_cases(seed: int) -> list[dict]:
 DEFAULTS = {"eps": 0.2, "tau_pos": 1.0, "tau_neg": 1.05}
 
 
+def long_responses(seed: int, tokens: int = 1000) -> dict:
+    """GSPO's case of long responses: ``tokens``-token responses whose log-ratios sum past 709, where a product of
+    token ratios overflows float64 (to inf, or to 0 for a negative sum) while the mean log-ratio is about +-0.8."""
+    gen = torch.Generator().manual_seed(seed)
+    behavior = -1.5 + 0.6 * torch.randn(3, tokens, generator=gen, dtype=torch.float64)
+    log_ratio = 0.1 * torch.randn(3, tokens, generator=gen, dtype=torch.float64)
+    log_ratio[0] += 0.8
+    log_ratio[1] -= 0.8
+    mask = torch.ones(3, tokens, dtype=torch.float64)
+    mask[2, tokens // 2:] = 0.0  # and one padded to half the length
+    return dict(logp=behavior + log_ratio, behavior_logp=behavior, mask=mask)
+
+
 def arguments(part: str, case: dict, settings: dict | None = None) -> dict:
     """The keyword arguments of one graded call of ``part`` on a batch (tensors as given to the student).
 

@@ -98,3 +98,17 @@ def test_a_function_that_changes_its_input_in_place_fails_its_part(tmp_path):
     report = grader.grade(str(module), seed=SEED, parts=["group_advantages"])
     part = report.part("group_advantages")
     assert part.earned == 0 and "changes its input rewards in place" in part.note, part.note
+
+
+def test_a_gspo_ratio_taken_as_a_product_of_token_ratios_fails_on_long_responses(tmp_path):
+    # catches: GSPO graded on responses of at most 7 tokens, where prod(r_t)^(1/T) equals exp(mean log r_t);
+    # on 1000-token responses whose log-ratios sum to about +-800 the product is inf (or 0) in float64
+    module = planted(tmp_path, "def gspo_sequence_ratio(logp, behavior_logp, mask):",
+                     "def gspo_sequence_ratio(logp, behavior_logp, mask):\n"
+                     "    r = torch.exp(logp - behavior_logp.detach())\n"
+                     "    m = mask.to(logp.dtype)\n"
+                     "    return torch.prod(torch.where(m > 0, r, torch.ones_like(r)), dim=-1) ** (1.0 / m.sum(-1))\n"
+                     "\n\ndef _unused(logp, behavior_logp, mask):")
+    report = grader.grade(str(module), seed=SEED, parts=["gspo_sequence_ratio"])
+    part = report.part("gspo_sequence_ratio")
+    assert part.earned == 0 and "(fresh case 4)" in part.note and "average the log-ratios" in part.note, part.note
