@@ -57,7 +57,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 AGGREGATIONS = ("per_response", "token_pool")
 # part -> (points, argument names in the order of the skeleton's signature)
 PARTS = {
-    "group_advantages": (10, ["rewards"]),
+    "group_advantages": (10, ["rewards", "eps"]),
     "masked_mean": (10, ["values", "mask", "aggregation"]),
     "clipped_surrogate_loss": (15, ["logp", "behavior_logp", "advantages", "mask", "eps"]),
     "sapo_gate": (10, ["ratio", "tau"]),
@@ -109,9 +109,11 @@ EVENTS_CAP = 64 * 2**20
 WORK_PREFIXES = ("sapo-grade-", "sapo-train-", "sapo-student-")
 MAX_SEED = 2**63 - 1  # the largest seed torch's generator takes
 SUBMISSION_CAP = 16 * 2**20  # bytes of the module's file, copied into each sandbox
-# the optional arguments of each fresh case (the gate's tau is tau_neg): the first leaves them out, so the
-# student's own defaults run; the others move eps and both temperatures off the defaults, never tau_pos = tau_neg
-FRESH_SETTINGS = ({}, {"eps": 0.1, "tau_pos": 0.7, "tau_neg": 2.0}, {"eps": 0.3, "tau_pos": 1.5, "tau_neg": 0.5})
+# the optional arguments of each fresh case (the gate's tau is tau_neg; advantage_eps is group_advantages' eps):
+# the first leaves them out, so the student's own defaults run; the others move every one off its default, never
+# tau_pos = tau_neg
+FRESH_SETTINGS = ({}, {"eps": 0.1, "advantage_eps": 1e-3, "tau_pos": 0.7, "tau_neg": 2.0},
+                  {"eps": 0.3, "advantage_eps": 0.1, "tau_pos": 1.5, "tau_neg": 0.5})
 
 
 class NotGradable(Exception):
@@ -599,8 +601,8 @@ def known_mistakes(part: str, inputs: dict) -> dict:
     from .mistakes import MISTAKES
     from .reference import DEFAULTS
 
-    optional = [name for name in PARTS[part][1] if name in DEFAULTS and name not in inputs]
-    inputs = {**inputs, **{name: DEFAULTS[name] for name in optional}}  # a call that left them to the defaults
+    left = {name: value for name, value in DEFAULTS.get(part, {}).items() if name not in inputs}
+    inputs = {**inputs, **left}  # a call that left them to the defaults
     known = {}
     for mistake in MISTAKES.get(part, ()):
         try:
@@ -671,14 +673,14 @@ def judge_part(part: str, frozen: list, fresh: list) -> PartResult:
     from .reference import DEFAULTS
 
     result = _judge_part(part, frozen, fresh)
-    optional = [name for name in PARTS[part][1] if name in DEFAULTS]
+    optional = list(DEFAULTS.get(part, {}))
     on_defaults = {i for i, settings in enumerate(FRESH_SETTINGS) if not settings and i < len(fresh)}
     if result.earned or not optional or not on_defaults:
         return result
     others = [(case["expected"], res) for case, res in frozen]
     others += [(item[0], item[1]) for i, item in enumerate(fresh) if i not in on_defaults]
     if all("error" not in res and close(res["outputs"], exp) for exp, res in others):
-        said = ", ".join(f"{n}={DEFAULTS[n]}" for n in optional)
+        said = ", ".join(f"{n}={DEFAULTS[part][n]:g}" for n in optional)
         return replace(result, note=f"{result.note}; it fails only on the call that leaves these arguments to your "
                                     f"function's defaults: are they the skeleton's ({said})?")
     return result

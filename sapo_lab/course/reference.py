@@ -108,8 +108,9 @@ def fresh_cases(seed: int) -> list[dict]:
     return [batch(seeds[0], 3, 4, 6, far=True), batch(seeds[1], 4, 2, 5, far=True), batch(seeds[2], 2, 5, 7)]
 
 
-# the handout's defaults of the optional arguments (the skeleton's signatures)
-DEFAULTS = {"eps": 0.2, "tau_pos": 1.0, "tau_neg": 1.05}
+# part -> the handout's defaults of its optional arguments (the skeleton's signatures)
+DEFAULTS = {"group_advantages": {"eps": 1e-6}, "clipped_surrogate_loss": {"eps": 0.2},
+            "sapo_loss": {"tau_pos": 1.0, "tau_neg": 1.05}, "update_loss": {"tau_pos": 1.0, "tau_neg": 1.05}}
 
 
 def long_responses(seed: int, tokens: int = 1000) -> dict:
@@ -128,17 +129,20 @@ def long_responses(seed: int, tokens: int = 1000) -> dict:
 def arguments(part: str, case: dict, settings: dict | None = None) -> dict:
     """The keyword arguments of one graded call of ``part`` on a batch (tensors as given to the student).
 
-    ``settings``: None passes every optional argument at the handout's default; a dict passes its values and leaves
-    out the ones it lacks, so that the student's function runs on its own defaults (which must be the handout's)."""
-    given = dict(DEFAULTS) if settings is None else dict(settings)
+    ``settings`` (``eps``, ``advantage_eps`` for group_advantages' eps, ``tau_pos``, ``tau_neg``): None passes the
+    temperatures and the clip's eps at the handout's defaults and leaves group_advantages' eps to its default, as
+    the frozen cases do; a dict passes its values and leaves out the ones it lacks, so that the student's function
+    runs on its own defaults (which must be the handout's)."""
+    given = ({**DEFAULTS["clipped_surrogate_loss"], **DEFAULTS["sapo_loss"]} if settings is None
+             else dict(settings))
     c = case
     if part == "group_advantages":
-        return {"rewards": c["rewards"]}
+        return {"rewards": c["rewards"], **({"eps": given["advantage_eps"]} if "advantage_eps" in given else {})}
     if part == "masked_mean":
-        return {"values": c["logp"], "mask": c["mask"]}  # called once per aggregation
+        return {"values": c["logp"], "mask": c["mask"]}  # called once per aggregation, and once without it
     if part == "sapo_gate":
         return {"ratio": torch.exp(c["logp"] - c["behavior_logp"]).reshape(-1),
-                "tau": given.get("tau_neg", DEFAULTS["tau_neg"])}
+                "tau": given.get("tau_neg", DEFAULTS["sapo_loss"]["tau_neg"])}
     common = {"logp": c["logp"], "behavior_logp": c["behavior_logp"], "mask": c["mask"]}
     temperatures = {k: given[k] for k in ("tau_pos", "tau_neg") if k in given}
     if part == "clipped_surrogate_loss":

@@ -103,6 +103,10 @@ def _observe(part: str, fn, kw: dict) -> tuple[dict, dict]:
             out = fn(values, kw["mask"], aggregation=agg)
             recorded[agg], meta[agg] = _values(out), _describe(out)
             recorded[f"grad_{agg}"] = _grad(_gradient(out, values))
+        default = _values(fn(kw["values"].detach().clone(), kw["mask"]))
+        if default != recorded["per_response"]:  # the skeleton's default is per_response
+            raise ValueError("masked_mean(values, mask), with no aggregation, does not return the per_response mean: "
+                             "keep the skeleton's default aggregation=\"per_response\"")
         return recorded, meta
     kw["logp"].requires_grad_(True)
     kw["behavior_logp"].requires_grad_(True)

@@ -9,6 +9,7 @@ Every text the student's process sends is cut to one printable line before it ca
 from __future__ import annotations
 
 import json
+import re
 
 MAX_LINE = 4 * 2**20  # bytes of one message
 MAX_TEXT = 300  # characters of one message's text kept
@@ -32,10 +33,12 @@ class Malformed(ValueError):
 
 def one_line(text, limit: int = MAX_TEXT) -> str:
     """``text`` as one printable line of at most ``limit`` characters: a control character (a newline, a
-    terminal's escape sequence) becomes '?', so a message cannot forge or overwrite the report's lines."""
+    terminal's escape sequence) becomes '?' and a run of spaces one space, so a message can neither forge or
+    overwrite the report's lines nor line up a column that looks like one of them ("total   85/85")."""
     if not isinstance(text, str):
         text = repr(text)
     cleaned = "".join(c if c.isprintable() else "?" for c in text[: limit + 1])
+    cleaned = re.sub(" {2,}", " ", cleaned)
     return cleaned[:limit] + ("..." if len(cleaned) > limit else "")
 
 

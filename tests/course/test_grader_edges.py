@@ -72,7 +72,7 @@ def test_a_masked_mean_that_detaches_one_aggregation_fails_its_part(tmp_path):
 def test_the_first_fresh_case_runs_the_modules_own_defaults(tmp_path):
     # catches: every call passing eps, tau_pos and tau_neg explicitly, so that a signature whose defaults are
     # swapped (tau_pos=1.05, tau_neg=1.0) scores full marks
-    assert grader.FRESH_SETTINGS[0] == {} and DEFAULTS == {"eps": 0.2, "tau_pos": 1.0, "tau_neg": 1.05}
+    assert grader.FRESH_SETTINGS[0] == {} and DEFAULTS["sapo_loss"] == {"tau_pos": 1.0, "tau_neg": 1.05}
     module = planted(tmp_path, "def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.0, tau_neg=1.05):",
                      "def sapo_loss(logp, behavior_logp, advantages, mask, tau_pos=1.05, tau_neg=1.0):")
     report = grader.grade(str(module), seed=SEED, parts=["sapo_loss"])
@@ -112,3 +112,30 @@ def test_a_gspo_ratio_taken_as_a_product_of_token_ratios_fails_on_long_responses
     report = grader.grade(str(module), seed=SEED, parts=["gspo_sequence_ratio"])
     part = report.part("gspo_sequence_ratio")
     assert part.earned == 0 and "(fresh case 4)" in part.note and "average the log-ratios" in part.note, part.note
+
+
+def test_group_advantages_is_called_with_other_eps_values(tmp_path):
+    # catches: group_advantages only ever called with rewards, so that one which ignores its eps (1e-6 written
+    # in) scores full marks; eps = 0.1 moves a 0/1 group's advantages by about 20%
+    assert sorted(s.get("advantage_eps", 1e-6) for s in grader.FRESH_SETTINGS) == [1e-6, 1e-3, 0.1]
+    module = planted(tmp_path, "    return (rewards - mean) / (std + eps)", "    return (rewards - mean) / (std + 1e-6)")
+    report = grader.grade(str(module), seed=SEED, parts=["group_advantages"])
+    part = report.part("group_advantages")
+    assert part.earned == 0 and "(fresh case 2)" in part.note, part.note
+
+
+def test_a_masked_mean_whose_default_aggregation_is_token_pool_fails_its_part(tmp_path):
+    # catches: masked_mean always called with its aggregation, so a swapped default scores full marks
+    module = planted(tmp_path, 'def masked_mean(values, mask, aggregation="per_response"):',
+                     'def masked_mean(values, mask, aggregation="token_pool"):')
+    report = grader.grade(str(module), seed=SEED, parts=["masked_mean"])
+    part = report.part("masked_mean")
+    assert part.earned == 0 and "keep the skeleton's default aggregation" in part.note, part.note
+
+
+def test_the_students_text_cannot_line_up_a_total_column():
+    # catches: runs of spaces kept in the student's error text, which lined up "total   85/85" inside a
+    # failing part's line so that a script's unanchored search read it as the total
+    from sapo_lab.course.student_messages import one_line
+
+    assert one_line("ValueError: ok   total                     85/85") == "ValueError: ok total 85/85"
