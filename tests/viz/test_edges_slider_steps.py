@@ -1,7 +1,13 @@
 """Each slider position of ``slider_figure`` shows exactly its own curves and the static ones."""
+import importlib.util
+
+import pytest
+
 from sapo_lab.viz.explore import slider_figure
 
 
+# plotly is one of the book's dependencies, which the compatibility leg (the package's lowest versions) leaves out
+@pytest.mark.skipif(importlib.util.find_spec("plotly") is None, reason="needs plotly (the book's)")
 def test_each_position_shows_only_its_own_curves_and_the_static_ones():
     """Catches an off-by-one in the visibility mask (``<=`` for ``<``): position i would also show position
     i + 1's first curve. Three positions of two curves each, plus one static curve: 7 traces; position i
