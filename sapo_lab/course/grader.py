@@ -128,31 +128,26 @@ def positional(part: str, args: tuple, kwargs: dict) -> list:
     return out
 
 
-def close(a, b) -> bool:
+def close(a, b, atol: float = ATOL, rtol: float = RTOL) -> bool:
     """Whether two recorded outputs (numbers, lists, dicts of them, or None) agree within the grader's tolerance:
-    the same structure, every non-number equal, every number finite and within ATOL + RTOL * |b| of ``b``."""
+    the same structure, every non-number equal, every number finite and within ``atol + rtol * |b|`` of ``b``."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], atol, rtol) for k in a)
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, atol, rtol)
+                                                                for x, y in zip(a, b, strict=True))
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isfinite(a) and abs(a - b) <= ATOL + RTOL * abs(b)
+        return math.isfinite(a) and abs(a - b) <= atol + rtol * abs(b)
     return a == b
 
 
 def float64_close(a, b) -> bool:
     """:func:`close` at float64's agreement (``ATOL_F64`` + ``RTOL_F64`` * |b|)."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(float64_close(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(float64_close(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        return abs(a - b) <= ATOL_F64 + RTOL_F64 * abs(b)
-    return close(a, b)
+    return close(a, b, ATOL_F64, RTOL_F64)
 
 
 def _largest_relative_gap(got, want) -> float:
@@ -653,12 +648,10 @@ def _precision_verdict(part: str, points: int, calls: list) -> PartResult:
         return PartResult(part, points, points, "ok")
     with_inputs = [(inputs, got) for _, _, inputs, got in imprecise if inputs is not None]
     knowns = [known_mistakes(part, inputs) for inputs, _ in with_inputs]
-    names = set.intersection(*(set(k) for k in knowns)) if knowns else set()
-    for known in knowns[:1]:
-        for name, (_, fix) in known.items():
-            if name in names and all(float64_close(got, k[name][0]) for (_, got), k in zip(with_inputs, knowns,
-                                                                                           strict=True)):
-                return PartResult(part, points, 0, f"wrong; most likely mistake: {name}; fix: {fix}", name)
+    for name, (_, fix) in (knowns[0] if knowns else {}).items():  # a mistake named on every imprecise call
+        if all(name in known and float64_close(got, known[name][0])
+               for (_, got), known in zip(with_inputs, knowns, strict=True)):
+            return PartResult(part, points, 0, f"wrong; most likely mistake: {name}; fix: {fix}", name)
     label, exp, _, got = imprecise[0]
     return PartResult(part, points, 0, f"float32 precision: the numbers agree with the reference only to "
                       f"float32's precision (a relative gap of {_largest_relative_gap(got, exp):.1g}; float64 "

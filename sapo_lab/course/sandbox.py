@@ -303,9 +303,7 @@ def remote_functions(names, fds) -> dict:
 
     def exchange(head: dict, tensors) -> tuple[dict, list]:
         head = {**head, "shapes": [list(t.shape) for t in tensors]}
-        payload = b"".join(t.detach().to(torch.float64).contiguous().numpy().tobytes() for t in tensors)
-        requests.write(json.dumps(head).encode() + b"\n" + payload)
-        requests.flush()
+        _reply(requests, head, b"".join(t.detach().to(torch.float64).contiguous().numpy().tobytes() for t in tensors))
         reply = json.loads(replies.readline())
         if "error" in reply:
             raise RuntimeError(reply["error"])

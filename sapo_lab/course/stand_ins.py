@@ -21,6 +21,8 @@ import os
 import threading
 from collections import OrderedDict
 
+from .sandbox import _read_tensors, _reply  # the harness's framing: a JSON header line, then raw tensor bytes
+
 MAX_HEADER = 64 * 1024
 MAX_ELEMENTS = 2**22  # of one request's tensors together (32 MiB of float64)
 MAX_KEPT = 4096  # calls whose graph is kept for a backward request; older ones are forgotten
@@ -99,9 +101,7 @@ class StandInServer:
         with os.fdopen(self._request_read, "rb") as requests, os.fdopen(self._reply_write, "wb") as replies:
             try:
                 while line := requests.readline(MAX_HEADER + 1):
-                    reply, payload = self._answer(line, requests)
-                    replies.write(json.dumps(reply).encode() + b"\n" + payload)
-                    replies.flush()
+                    _reply(replies, *self._answer(line, requests))
             except (BrokenPipeError, EOFError, OSError):
                 pass  # the student's process ended or sent a request cut short: nothing to answer
 
@@ -115,7 +115,7 @@ class StandInServer:
                 raise BadRequest("a request that is not JSON") from None
             if not isinstance(head, dict):
                 raise BadRequest("a request that is not an object")
-            tensors = self._read(stream, _shapes(head))
+            tensors = _read_tensors(stream, {"dtype": "float64", "shapes": _shapes(head)})
             if head.get("op") == "call":
                 return self._call(head, tensors)
             if head.get("op") == "backward":
@@ -128,20 +128,6 @@ class StandInServer:
         except Exception as exc:  # noqa: BLE001 - a stand-in's own error on the student's arguments is the reply
             text = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             return {"error": text}, b""
-
-    @staticmethod
-    def _read(stream, shapes: list) -> list:
-        import torch
-
-        out = []
-        for shape in shapes:
-            n = 8 * math.prod(shape)
-            data = stream.read(n)
-            if len(data) != n:
-                raise EOFError("a request cut short")
-            out.append(torch.frombuffer(bytearray(data), dtype=torch.float64).reshape(shape) if n
-                       else torch.empty(shape, dtype=torch.float64))
-        return out
 
     def _call(self, head: dict, tensors: list) -> tuple[dict, bytes]:
         import torch
