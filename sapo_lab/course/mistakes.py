@@ -269,7 +269,7 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, rtol: float =
     g, e = got.detach().to(torch.float64).reshape(-1), expected.detach().to(torch.float64).reshape(-1)
     if g.numel() == 0:
         return "both are empty"
-    bad = ~torch.isclose(g, e, rtol=rtol, atol=atol)
+    bad = ~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)  # a nan where the reference has one agrees
     if not bool(bad.any()):
         return "no element differs"
     shape = tuple(expected.shape)
