@@ -9,7 +9,17 @@ A < 0.
 import pytest
 import torch
 
-from sapo_lab.conformance import BATCH, EMPTY_RESPONSE, EXTREME, LEVEL, ON_POLICY, VALUE_AT_ONE, audit
+from sapo_lab.conformance import (
+    BATCH,
+    EMPTY_RESPONSE,
+    EXTREME,
+    LEVEL,
+    ON_POLICY,
+    TEMPERATURE_ZERO,
+    VALUE_AT_ONE,
+    ZERO_ADVANTAGE,
+    audit,
+)
 
 TAU_POS, TAU_NEG = 1.5, 0.5
 
@@ -133,3 +143,16 @@ def test_a_gradient_frozen_below_the_allowance_is_credited():
 def test_both_weightings_of_an_empty_response_pass(loss):
     """Catches counting the empty response made a failure: it is a scale change (review §3), so the row passes."""
     assert _audit(loss).row(EMPTY_RESPONSE).verdict == "pass"
+
+
+def shifted_advantage(logp, old_logp, advantages, mask):
+    # A + 0.1 inside the loss: an equal-reward group (every A = 0) still gets a gradient
+    return paper(logp, old_logp, advantages + 0.1, mask)
+
+
+def test_a_confirmed_shift_keeps_its_cause_on_the_zero_temperature_row():
+    """Catches the A = 0 temperature row's cause dropped when the equal-reward group confirms the shift (the
+    condition read the wrong way round): with A + 0.1 both rows say the advantage is shifted."""
+    card = _audit(shifted_advantage)
+    assert "advantage_shift" in card.row(ZERO_ADVANTAGE).values
+    assert card.row(TEMPERATURE_ZERO).summary.endswith(": the advantage is shifted")
