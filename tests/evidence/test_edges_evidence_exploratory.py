@@ -58,3 +58,44 @@ def test_only_the_declared_endpoint_reading_is_declared():
     assert (final.declared, final.checkpoint) == (True, "final")
     assert (best.declared, best.checkpoint) == (False, "best dev")
     assert final.picks == {"sapo": "sa", "grpo": "ga"} and final.rates == {"sapo": 1e-4, "grpo": 1e-4}
+
+
+# ---------------------------------------------------------------- Q4's tuning caveats on a planted grid
+
+# method -> (loss section, dev Pass@1 per seed, held-out Pass@1 per seed); the arms are declared in this order
+GRID = {
+    "sapo_tau_x0.5": ({"loss_type": "sapo", "sapo_temperature_pos": 0.5}, (0.30, 0.40), (0.30, 0.34)),
+    "sapo": ({"loss_type": "sapo", "sapo_temperature_pos": 1.0}, (0.50, 0.50), (0.40, 0.44)),
+    "sapo_tau_x2": ({"loss_type": "sapo", "sapo_temperature_pos": 2.0}, (0.55, 0.65), (0.38, 0.40)),
+    "grpo_eps0.1": ({"loss_type": "grpo", "epsilon": 0.1}, (0.40, 0.40), (0.50, 0.52)),
+    "grpo": ({"loss_type": "grpo", "epsilon": 0.2}, (0.60, 0.60), (0.45, 0.47)),
+    "grpo_eps0.3": ({"loss_type": "grpo", "epsilon": 0.3}, (0.50, 0.54), (0.55, 0.57)),
+}
+
+
+def _grid_run(method, i):
+    loss, dev, held_out = GRID[method]
+    return SimpleNamespace(run_id=f"{method}_seed{i}", method=method, seed=i, grid={},
+                           record={"status": "done", "final_dev_pass1": dev[i], "final_pass1": held_out[i]},
+                           config={"loss": loss, "optimization": {"learning_rate": 2e-4}, "seed": i})
+
+
+GRID_RUNS = {m: [_grid_run(m, i) for i in range(2)] for m in GRID}
+TUNING = SimpleNamespace(name="planted", select=lambda method=None: GRID_RUNS[method], declaration={"analysis": {
+    "endpoint": {"metric": "final_pass1"}, "alpha": 0.05,
+    "tuning": [{"id": "Q4", "tune_on": "final_dev_pass1",
+                "arms": {"sapo": list(GRID)[:3], "grpo": list(GRID)[3:]}}]}})
+
+
+def test_a_pick_at_either_end_of_its_grid_is_at_the_edge():
+    """Catches the edge read from the first setting only: SAPO's dev means are 0.35, 0.50 and 0.60, so it picks
+    its last setting (τ×2, at the edge); GRPO's are 0.40, 0.60 and 0.52, so it picks the middle one (not at the
+    edge). Margins: 0.60 - 0.50 = 0.10 and 0.60 - 0.52 = 0.08; on held-out data τ×2 (0.39) ranks second behind
+    τ 1 (0.42), and GRPO ε 0.2 (0.46) third behind ε 0.3 (0.56) and ε 0.1 (0.51)."""
+    from sapo_lab.evidence.confirmatory import tuning_caveats
+
+    got = tuning_caveats(TUNING)
+    assert got.chosen == {"sapo": "sapo_tau_x2", "grpo": "grpo"}
+    assert got.at_edge == {"sapo": True, "grpo": False}
+    assert got.dev_margin == pytest.approx({"sapo": 0.10, "grpo": 0.08})
+    assert got.eval_rank == {"sapo": 2, "grpo": 3}

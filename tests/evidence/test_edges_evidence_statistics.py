@@ -6,6 +6,7 @@ Every expected value is a literal worked out in the comment beside it; planted c
 fields the code reads (an interval typed by hand, so its side of zero is plain).
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -337,3 +338,25 @@ def test_a_map_led_by_one_loss_throughout_counts_every_configuration():
                   [*runs["a"], *runs["b"]], [])
     settings = {"a": _setting("a", "sapo", 1.0, 2e-4, 2), "b": _setting("b", "sapo", 2.0, 2e-4, 2)}
     assert leading_loss(study, settings) == ("sapo", 2)
+
+
+# ---------------------------------------------------------------- SAPO's half-width
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0, 2.0, 8.81])
+def test_the_half_width_is_where_the_gate_halves(tau):
+    """Catches another constant for 2 asinh(1): at r - 1 = w the gate sech^2(τ w / 2) is 1/2, checked here in
+    closed form (1 / cosh^2)."""
+    from sapo_lab.half_width import sapo_half_width
+
+    w = sapo_half_width(tau)
+    assert 1.0 / math.cosh(tau * w / 2) ** 2 == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("tau", [float("inf"), float("nan"), 0.0, -1.0, "warm"])
+def test_a_temperature_that_is_not_finite_and_positive_is_refused_in_one_line(tau):
+    """Catches the finiteness check dropped: an infinite τ would give a half-width of 0 without complaint."""
+    from sapo_lab.half_width import sapo_half_width
+
+    with pytest.raises(ValueError, match="temperature tau must be"):
+        sapo_half_width(tau)
