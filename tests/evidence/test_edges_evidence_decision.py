@@ -284,3 +284,28 @@ def test_a_change_away_from_zero_widens_a_gap_below_zero():
     assert decision._change_words(base, change) == "the gap widened"
     up = _row("G4c", compare({s: (-g, 0.0) for s, g in zip(SEEDS, base_gaps, strict=True)}))
     assert decision._change_words(up, change) == "the gap narrowed"
+
+
+# ---------------------------------------------------------------- the table's columns and the answered scope
+
+
+def test_the_table_puts_declared_answers_first_with_each_rows_gate_and_m_range():
+    """Catches the table's order reversed (an exploratory reading above the declared answers), a temperature
+    below 1 hidden as if it were the paper's τ 1, and a slope row's M range ending at its second M (2–4 for
+    2–16). The rows are given exploratory first; the table must list G5 and G4b, then the τ 0.25 reading."""
+    rows = [_row("G2 at best dev", BELOW, 8, tau_pos=0.25, declared=False, checkpoint="best dev"),
+            _row("G5", BELOW, (2, 4, 8, 16), kind="slope", reject=True),
+            _row("G4b", BELOW, 4, family="staleness", reject=True)]
+    lines = decision.decision_table(rows).splitlines()[2:]
+    assert [line.split(" | ")[0] for line in lines] == ["| G5", "| G4b", "| G2 at best dev (τ 0.25)"]
+    assert lines[0].startswith("| G5 | addition | 2–16 |  | 2e-4 shared | final |"), lines[0]  # no steps given
+    assert "per doubling" in lines[0] and "per doubling" not in lines[1]
+
+
+def test_the_answered_scope_names_only_confirmatory_answers_off_zero():
+    """Catches a confirmatory answer whose interval holds zero named among the regimes the studies answer: Q1
+    (below zero) is named, Q2 (holding zero) is not."""
+    rows = [_row("Q1", BELOW, 8, study="confirm_addition", reject=True),
+            _row("Q2", ACROSS, 4, study="confirm_scratchpad", task="scratchpad_addition", reject=False)]
+    assert decision.where_answered(_evidence(rows)) == (
+        "At that scale the declared studies answer the question for M = 8 on addition (Q1), at the shared lr 2e-4.")
