@@ -309,3 +309,22 @@ def test_the_answered_scope_names_only_confirmatory_answers_off_zero():
             _row("Q2", ACROSS, 4, study="confirm_scratchpad", task="scratchpad_addition", reject=False)]
     assert decision.where_answered(_evidence(rows)) == (
         "At that scale the declared studies answer the question for M = 8 on addition (Q1), at the shared lr 2e-4.")
+
+
+def test_kernels_are_the_same_only_when_every_fingerprint_agrees():
+    """Catches an overlap taken for the same kernels: a repeat made on aaaa and bbbb did not run on its original's
+    kernels (aaaa alone), though they share one fingerprint."""
+    original = _row("Q1", BELOW, kernels=("aaaa",))
+    assert decision._kernels_between(_row("G4c", BELOW, kernels=("aaaa",)), original) == (
+        "on the same CPU kernels (fingerprint aaaa)")
+    assert decision._kernels_between(_row("G4c", BELOW, kernels=("aaaa", "bbbb")), original) == (
+        "on other CPU kernels (fingerprint aaaa, bbbb; Q1's: aaaa)")
+
+
+def test_only_mechanism_members_off_zero_are_below_zero_before_adjustment():
+    """Catches a member whose interval holds zero (Q3b) listed as 'below zero before adjustment': only Q3a, below
+    zero and not kept by Holm, is; Q3c, kept, reaches the level."""
+    rows = [_row(i, cmp, study="confirm_addition", family="mechanism", reject=kept)
+            for i, cmp, kept in (("Q3a", BELOW, False), ("Q3b", ACROSS, False), ("Q3c", BELOW, True))]
+    text = decision.decision_sentences(_evidence(rows))
+    assert "), Q3c reaches the declared level (Q3a below zero before adjustment, not after)." in text, text

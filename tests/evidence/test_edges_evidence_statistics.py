@@ -237,7 +237,11 @@ def test_four_cells_are_listed_in_full_and_a_fifth_is_elided(n, ellipsis):
     """Catches `>= 4` for `> 4`: four cells are shown whole; only a fifth and beyond is replaced by '…'."""
     text = GateStanding(n, n, 10, 0.95, _cells(n), [], []).sentence()
     assert ("; …" in text) is ellipsis, text
+    assert f"Of the {n} complete cells of the map, SAPO's gate" in text
     assert f"in {n} (τ 1, lr 0.0002, M 2; " in text
+    # two of seven cells unfinished: the count is the difference, not the total (catches the total printed)
+    partial = GateStanding(n, n + 2, 10, 0.95, _cells(n), [], []).sentence()
+    assert f"Of the {n} complete cells of the map (2 cells not yet complete), " in partial
 
 
 SETTINGS = {s.method: s for s in (
