@@ -68,7 +68,8 @@ SIDE_WORDS = {1: "above zero", -1: "below zero", 0: "holds zero"}  # what an int
 
 def cell_reading(cell: Cell, answers: list[dict]) -> str:
     """A cell's reading in the map's table: ``declared (G4b): below zero before Holm's adjustment, not after``
-    for a cell a declared question compares (its level from Holm's decision), ``exploratory: holds zero`` for
+    for a cell a declared question compares (its level from Holm's decision, "still pending" while the family
+    waits for its other members), ``exploratory: holds zero`` for
     any other; "" while the cell is incomplete. The words say where the interval lies, not that the gate
     helps or hurts."""
     if cell.comparison is None:
@@ -79,7 +80,9 @@ def cell_reading(cell: Cell, answers: list[dict]) -> str:
         cmp = a.get("comparison")
         if cmp is None or a.get("kind") == "trend" or (cmp.method, cmp.reference) != (cell.sapo.method, cell.grpo.method):
             continue
-        if side != 0 and a.get("reject") is not True:
+        if side != 0 and a.get("reject") is None:  # the family's Holm adjustment waits for its other members
+            words += " before Holm's adjustment, which is still pending"
+        elif side != 0 and not a["reject"]:
             words += " before Holm's adjustment, not after" if a.get("family") else ", not at the declared level"
         elif side != 0:
             words += ", at the declared level"

@@ -18,7 +18,7 @@ from sapo_lab.evidence.analysis import adjust_families, choose_tuned, endpoint_v
 from sapo_lab.evidence.confirmatory import MechanismReading, clipped_at_least, headline_sentence, step_size_story
 from sapo_lab.evidence.contrasts import check_contrasts
 from sapo_lab.evidence.exploratory import Provenance, leading_loss, provenance, slope_at
-from sapo_lab.evidence.gate_map import Cell, GateStanding, Setting, answer_bullets, plain_answer
+from sapo_lab.evidence.gate_map import Cell, GateStanding, Setting, answer_bullets, cell_reading, plain_answer
 from sapo_lab.evidence.paired import permutation_test, smallest_n, within_group_spearman
 from sapo_lab.evidence.results import Run, Study
 
@@ -364,3 +364,18 @@ def test_a_temperature_that_is_not_finite_and_positive_is_refused_in_one_line(ta
 
     with pytest.raises(ValueError, match="temperature tau must be"):
         sapo_half_width(tau)
+
+
+@pytest.mark.parametrize(("answer", "words"), [
+    ({"family": "staleness", "reject": None, "waiting_for": ["G4d"]},
+     "below zero before Holm's adjustment, which is still pending"),
+    ({"family": "staleness", "reject": False}, "below zero before Holm's adjustment, not after"),
+    ({"family": "staleness", "reject": True}, "below zero, at the declared level"),
+    ({"reject": False}, "below zero, not at the declared level"),
+])
+def test_a_cells_level_is_pending_while_its_family_waits(answer, words):
+    """Catches a family still waiting for members (reject None) read as Holm's failure ('not after'): until the
+    adjustment runs, the cell's level is pending; once run, kept and not kept read as before."""
+    cell = _cell_at(8, Planted(-0.06, (-0.09, -0.03), method="s8", reference="g8"))
+    got = cell_reading(cell, [{"id": "G4c", "comparison": cell.comparison, **answer}])
+    assert got == f"declared (G4c): {words}"
