@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sapo_lab.runs.config import load_config
-from sapo_lab.tasks import task_for
+from sapo_lab.tasks import splits_for, task_for
 from sapo_lab.tasks.addition import make_problem
-from sapo_lab.training import cold_start
+from sapo_lab.training import cold_start, device
 from sapo_lab.training.device import planned_work
 from sapo_lab.training.evaluation import eval_temperature, mean_ci
 from sapo_lab.training.model import build_model
@@ -94,5 +94,25 @@ def test_the_cold_start_checks_its_last_update_and_stops_at_its_target(monkeypat
     tok = build_char_tokenizer(task.alphabet)
     model = build_model("cpu-micro", vocab_size=len(tok), seed=0)
     splits = task.make_splits(seed=0, num_train=40, num_dev=4, num_eval=2)
-    report = cold_start.train_cold_start(model, tok, splits, cfg, torch.device("cpu"), log=lambda m: None, task=task)
+    said = []
+    report = cold_start.train_cold_start(model, tok, splits, cfg, torch.device("cpu"), log=said.append, task=task)
     assert report["updates"] == updates and checked == checked_at and report["dev_pass1"] == 0.5
+    # micro's batch is 16 examples, distinct from the cadence 2: catches one said for the other
+    assert said[0] == f"cold start: up to 3 updates of 16 examples, to dev pass@1 {target} (checked every 2)"
+
+
+@pytest.mark.parametrize(("resume", "plan"), [
+    (True, "this run: 3 rollout steps (no cold start to train), "),
+    (False, "this run: a cold start of up to 4 updates ("),
+])
+def test_the_cpu_notice_of_a_resumed_run_charges_no_cold_start(monkeypatch, resume, plan):
+    """Catches the trainer costing a resumed run as a fresh one (its cold start, read from the run folder,
+    charged again): the notice is built from the trainer's own resume flag."""
+    monkeypatch.setattr(device, "_SAID", set())  # the notice is said once a process
+    cfg = load_config("micro")
+    task = task_for(cfg)
+    said = []
+    trainer = SimpleNamespace(cfg=cfg, device=torch.device("cpu"), task=task, splits=splits_for(cfg, task),
+                              resume=resume, log=said.append)
+    Trainer._say_where_it_runs(trainer)
+    assert len(said) == 1 and said[0].startswith("note: no GPU found: device auto chose the CPU; ") and plan in said[0]
