@@ -64,3 +64,48 @@ def test_adam_beta2_is_below_one():
         load_config("micro", {"adam_beta2": 1})
     assert str(refused.value) == "config key 'optimization.adam_beta2' = 1 is invalid: must be < 1"
     assert load_config("micro", {"adam_beta2": 0.999}).optimization.adam_beta2 == 0.999
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory):
+    """Two finished two-step micro runs with a checkpoint at step 2, one per learning-rate schedule."""
+    from _micro import QUIET, micro
+
+    from sapo_lab.training.trainer import train
+
+    runs = {}
+    for schedule in ("linear", "constant_with_warmup"):
+        run = str(tmp_path_factory.mktemp(schedule))
+        train(micro(max_steps=2, lr_scheduler_type=schedule), run, **QUIET)
+        runs[schedule] = run
+    return runs
+
+
+def _resume(run, schedule, max_steps):
+    from _micro import micro
+
+    said = []
+    cfg = micro(max_steps=max_steps, lr_scheduler_type=schedule)
+    prepared = prepare(run, cfg, resume=True, resume_keys=["max_steps"], log=said.append)
+    return prepared, said
+
+
+@pytest.mark.parametrize(("schedule", "noted"), [("linear", True), ("constant_with_warmup", False)])
+def test_a_longer_resume_notes_a_schedule_that_depends_on_max_steps(stopped_runs, schedule, noted):
+    """A linear schedule decays toward max_steps, so training longer changes the steps still to come; a constant
+    one after its warmup does not. Catches the note given for the wrong schedule (or for none)."""
+    _, said = _resume(stopped_runs[schedule], schedule, 5)
+    note = (f"note: the {schedule} learning-rate schedule of the remaining steps follows the new max_steps, so this "
+            "run differs from one started with it")
+    assert (note in said) is noted
+    assert "--resume changes optimization.max_steps: 2 -> 5" in said
+
+
+def test_resume_may_keep_max_steps_at_the_checkpoints_step_but_not_below(stopped_runs):
+    """The checkpoint is at step 2: max_steps 2 resumes (nothing left to train, the run's end is kept), 1 is
+    refused. Catches ``<=`` for ``<`` ("never below the checkpoint's step")."""
+    run = stopped_runs["linear"]
+    prepared, _ = _resume(run, "linear", 2)
+    assert prepared.checkpoint.endswith("step-000002") and prepared.cfg.optimization.max_steps == 2
+    with pytest.raises(RunDirError, match=r"^--resume: optimization.max_steps=1 is below the checkpoint's step 2$"):
+        _resume(run, "linear", 1)
