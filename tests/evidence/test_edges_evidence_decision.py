@@ -328,3 +328,12 @@ def test_only_mechanism_members_off_zero_are_below_zero_before_adjustment():
             for i, cmp, kept in (("Q3a", BELOW, False), ("Q3b", ACROSS, False), ("Q3c", BELOW, True))]
     text = decision.decision_sentences(_evidence(rows))
     assert "), Q3c reaches the declared level (Q3a below zero before adjustment, not after)." in text, text
+
+
+def test_rates_chosen_per_method_keep_their_order():
+    """Catches SAPO's and GRPO's chosen rates swapped in the words: the committed G3 chose 1e-4 for both, where a
+    swap cannot show, so the rates here differ (SAPO 5e-5, GRPO 1e-4)."""
+    row = _row("G3's rule at M = 16", ACROSS, 16, rates=(5e-5, 1e-4), rate_rule="dev", declared=False)
+    assert row.rate_values() == "SAPO 5e-5, GRPO 1e-4"
+    assert row.rate_text() == "lr on dev (SAPO 5e-5, GRPO 1e-4)"
+    assert _row("G4d", BELOW, 16, rates=(2e-4, 2e-4)).rate_text() == "lr 2e-4 shared"

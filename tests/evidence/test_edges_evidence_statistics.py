@@ -379,3 +379,12 @@ def test_a_cells_level_is_pending_while_its_family_waits(answer, words):
     cell = _cell_at(8, Planted(-0.06, (-0.09, -0.03), method="s8", reference="g8"))
     got = cell_reading(cell, [{"id": "G4c", "comparison": cell.comparison, **answer}])
     assert got == f"declared (G4c): {words}"
+
+
+def test_a_waiting_family_names_every_pending_member():
+    """Catches only the first pending member named: G4c's family waits for G4a and G4d."""
+    from sapo_lab.evidence.gate_map import _level_text
+
+    assert _level_text({"waiting_for": ["G4a", "G4d"]}) == "; its family's Holm adjustment waits for G4a, G4d"
+    assert _level_text({"family": "staleness", "p_adjusted": 0.076, "reject": False}) == (
+        ", Holm-adjusted p = 0.076; does not reach the declared level")
