@@ -169,3 +169,33 @@ def test_a_misspelt_name_always_gets_the_nearest_valid_name():
     the nearest, which the one-line error promises."""
     with pytest.raises(ValueError, match=r"test 'zzz' is not a name this study can use; did you mean 'paired_t'\?"):
         check_name("zzz", ["paired_t"], "test")
+
+
+# ---------------------------------------------------------------- the runner's snapshots and run states
+
+
+@pytest.mark.parametrize(("every", "steps"), [(3, [3, 6]), (1, [1, 2, 3, 4, 5, 6]), (0, []), ("dev", [2, 4])])
+def test_snapshots_at_every_nth_step_or_at_each_dev_evaluation(monkeypatch, every, steps):
+    """Catches an every-N count from the first step (1, 4 for N = 3: the steps are multiples of N, 3 and 6) and
+    'dev' snapshotting steps where dev was not measured (dev at steps 2 and 4 only); 0 keeps none. The user's
+    callback still sees every row."""
+    from sapo_lab.studies import runner
+
+    saved, seen = [], []
+    monkeypatch.setattr(runner, "save_snapshot", lambda run_dir, step, model: saved.append(step))
+    callback = runner._snapshot_callback("run", every, lambda trainer, row: seen.append(row["step"]))
+    for step in range(1, 7):
+        callback(SimpleNamespace(model=None), {"step": step, "eval/dev_pass1": 0.5 if step in (2, 4) else None})
+    assert saved == steps and seen == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_diverged_run_is_done_and_an_empty_folder_pending(tmp_path):
+    """Catches a diverged run (diverged.json, no summary) counted as unfinished: it would train again on every
+    invocation. An empty folder is pending."""
+    from sapo_lab.studies.runner import run_status
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert run_status(str(run)) == "pending"
+    (run / "diverged.json").write_text(json.dumps({"error": "loss is nan", "step": 4}))
+    assert run_status(str(run)) == "done"
