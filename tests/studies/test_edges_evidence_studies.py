@@ -2,6 +2,7 @@
 per-family aggregate and a replication's level, tried on the bound and a step to each side, with the expected
 outcome typed here (worked out by hand in the comments)."""
 
+import io
 import json
 from types import SimpleNamespace
 
@@ -199,3 +200,27 @@ def test_a_diverged_run_is_done_and_an_empty_folder_pending(tmp_path):
     assert run_status(str(run)) == "pending"
     (run / "diverged.json").write_text(json.dumps({"error": "loss is nan", "step": 4}))
     assert run_status(str(run)) == "done"
+
+
+@pytest.mark.parametrize(("recorded", "passed_on"), [(0.0, 0.0), (90.0, 90.0), (None, None),
+                                                     (float("nan"), None), (-5.0, None)])
+def test_the_plan_keeps_a_recorded_time_of_zero_and_drops_an_impossible_one(monkeypatch, tmp_path, recorded,
+                                                                             passed_on):
+    """Catches `> 0` for `>= 0` on the producer's recorded training time: 0 s is a time the record states (the
+    plan then says 0 min), while a missing, non-finite or negative one is no usable time at all."""
+    from sapo_lab.studies import runner
+
+    study = SimpleNamespace(path=tmp_path, name="tiny", environment={"invocations": [{"processor": "x86_64"}]})
+    monkeypatch.setattr(replicate, "_read_committed", lambda name, root: study)
+    monkeypatch.setattr(replicate, "find_question", lambda s, q: replicate.Question("tiny", "Q1", "?", ("sapo",), {}))
+    monkeypatch.setattr(replicate, "answer", lambda s, q: {"comparison": object()})
+    monkeypatch.setattr(replicate, "kernel_fingerprint", lambda: "k2")
+    monkeypatch.setattr(replicate, "question_runs", lambda s, q, root: [{"run_id": "sapo_seed0"}])
+    monkeypatch.setattr(runner, "run_status", lambda run_dir: "pending")
+    monkeypatch.setattr(replicate, "training_seconds", lambda s, run_ids: recorded)
+    seen = []
+    monkeypatch.setattr(replicate, "plan_text", lambda q, runs, todo, wall, cpu, target: seen.append(wall) or "")
+    args = SimpleNamespace(study="tiny", question="Q1", results_root=str(tmp_path), shard_pair=(0, 1),
+                           log_file=io.StringIO(), dry_run=True)
+    assert replicate.replicate_command(args) == 0
+    assert seen == [passed_on]
