@@ -30,3 +30,13 @@ def test_the_provenance_spans_the_first_start_to_the_last_finish(tmp_path):
     got = Study("x", tmp_path, {"methods": {}}, [], []).provenance()
     assert (got["started"], got["finished"]) == ("2026-12-01T10:00", "2026-12-02T11:30")
     assert got["commits"] == ["abc1234", "def5678+"] and got["wall_s"] == 1200.0
+
+
+def test_a_text_value_keeps_the_characters_a_tag_allows():
+    """Catches a character the docstring allows ('_ . = -', letters, digits) replaced, or one it refuses kept: every
+    other character (a space, '/', ':', '+', '$', '*') becomes '-'."""
+    from sapo_lab.evidence.results import value_tag
+
+    assert value_tag("mix=a_b.c-d") == "mix=a_b.c-d"
+    assert value_tag("a b/c:d+e$f*g") == "a-b-c-d-e-f-g"
+    assert value_tag(60) == "60" and value_tag(1e6) == "1e06"
