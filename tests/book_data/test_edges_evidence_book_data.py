@@ -1,6 +1,7 @@
 """The book data's small parts at their edges: a manifest path with spaces, a batch exactly one budget long, a blank
 source variable, git's last error line, two blobs read from one cat-file stream, and the cache folder's name."""
 
+import os
 import subprocess
 
 import pytest
@@ -34,15 +35,19 @@ def test_a_blank_source_variable_means_the_default_repository(monkeypatch, blank
     assert book_data.source() == (book_data.REPOSITORY, "main")
 
 
-def test_a_git_failure_reports_gits_last_line(tmp_path):
-    """Catches the first stderr line reported: cloning a missing folder prints 'Cloning into ...' and then the
-    reason; the one-line error must carry the reason, without git's 'fatal: ' prefix."""
-    missing = tmp_path / "missing"
+def test_a_git_failure_reports_gits_last_line(tmp_path, monkeypatch):
+    """Catches the first stderr line reported: git says what it was doing ('Cloning into ...') before the reason
+    it failed; the one-line error must carry the reason, without git's 'fatal: ' prefix. A stand-in git on PATH
+    prints both lines, as a failed clone does."""
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho \"Cloning into 'copy'...\" >&2\n"
+                    "echo \"fatal: repository 'missing' does not exist\" >&2\nexit 128\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     with pytest.raises(book_data.BookDataError) as raised:
-        book_data._git(["clone", str(missing), str(tmp_path / "copy")], tmp_path, "SOURCE")
-    message = str(raised.value)
-    assert message.startswith("cannot fetch the book's data from SOURCE: ")
-    assert "does not exist" in message and "Cloning" not in message and "fatal:" not in message
+        book_data._git(["clone", "missing", "copy"], tmp_path, "SOURCE")
+    assert str(raised.value) == "cannot fetch the book's data from SOURCE: repository 'missing' does not exist"
 
 
 def test_two_blobs_read_from_one_cat_file_stream(tmp_path):

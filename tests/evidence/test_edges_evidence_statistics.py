@@ -110,10 +110,10 @@ def test_a_lone_test_rejects_only_below_alpha(p, reject):
 def test_an_addition_of_a_number_to_itself_has_no_commuted_twin():
     """Catches `a+a` counted as its own twin: of the eval prompts 34+12 and 5+5, only 34+12 (twin 12+34, a
     training prompt) is a commuted addition; 5+5 is neither counted among additions nor as commuted. The final
-    answer is the text after the last '=' (a scratchpad answer '1=46' ends in 46, a training answer)."""
+    answer is the text after the last '=' (a scratchpad answer '7=1=46' ends in 46, a training answer)."""
     p = SimpleNamespace
     splits = {"train": [p(prompt="12+34", answer="46"), p(prompt="5+5", answer="01")],
-              "eval": [p(prompt="34+12", answer="1=46"), p(prompt="5+5", answer="01")]}
+              "eval": [p(prompt="34+12", answer="7=1=46"), p(prompt="5+5", answer="01")]}
     got = split_overlap(splits)
     assert got == {"eval": 2, "exact": 1, "additions": 1, "commuted": 1, "answer": 2}
 
