@@ -388,3 +388,20 @@ def test_a_waiting_family_names_every_pending_member():
     assert _level_text({"waiting_for": ["G4a", "G4d"]}) == "; its family's Holm adjustment waits for G4a, G4d"
     assert _level_text({"family": "staleness", "p_adjusted": 0.076, "reject": False}) == (
         ", Holm-adjusted p = 0.076; does not reach the declared level")
+
+
+@pytest.mark.parametrize(("declared", "kind"), [(True, "a declared question's cell"), (False, "an exploratory cell")])
+def test_the_doctors_nearest_cell_says_whether_a_declared_question_reads_it(monkeypatch, declared, kind):
+    """Catches the cell's kind inverted: a cell a declared question compares is 'a declared question's cell', any
+    other 'an exploratory cell'. The nearest cell is planted (share 2% there, 3% here, inside the map's 1%-5%)."""
+    from sapo_lab.evidence import doctor_map
+
+    cmp = Planted(-0.06, (-0.09, -0.03), seeds=tuple(range(10)))
+    cell = Cell(_setting("s8", "sapo", 2.0, 2e-4, 8), _setting("g8", "grpo", 1.0, 2e-4, 8), 10, 10, declared, cmp)
+    monkeypatch.setattr(doctor_map, "nearest_cell", lambda study, activity: (cell, 0.02, (0.01, 0.05)))
+    monkeypatch.setattr(doctor_map, "method_settings", lambda study: {})
+    study = SimpleNamespace(name="gate_map", runs=[], declaration={"analysis": {"alpha": 0.05}, "seeds": [0, 1]})
+    head = doctor_map.map_lines("gate active", 0.03, study)[0]
+    assert head == ("gate map, nearest cell by the share of signal the gate removed (there 2.00% on its first seed, "
+                    f"here 3.00%): SAPO τ+ 2, lr 0.0002, M = 8 ({kind}): SAPO − GRPO in final Pass@1 = "
+                    "\u22120.060 [\u22120.090, \u22120.030] (95% t interval, 10 paired seeds), SAPO below GRPO")
