@@ -102,3 +102,14 @@ def test_two_numbers_parting_in_their_13th_digit_are_printed_with_16():
     said = describe_difference(double(1.0 + 1e-13), double(1.0), rtol=0.0, atol=0.0)
     assert said == "largest difference at the value: got 1.0000000000001, expected 1"
     assert mistakes._distinct(1.0 + 1e-13, 1.0) == ("1.0000000000001", "1")
+
+
+def test_the_gspo_mistakes_on_a_padded_response():
+    """catches: the padding switch inverted (the padded mistake masked, the others padded). One response of
+    T = 3 with log-ratios 0.3, 0.6, 0.9 and the last token padding: right exp((0.3 + 0.6) / 2) = exp(0.45);
+    padding counted exp(1.8 / 3) = exp(0.6); the total exponentiated exp(0.9)."""
+    behavior = torch.zeros(1, 3, dtype=torch.float64)
+    kw = dict(logp=behavior + double([[0.3, 0.6, 0.9]]), behavior_logp=behavior, mask=double([[1.0, 1.0, 0.0]]))
+    assert math.isclose(float(named("gspo_sequence_ratio", "padding tokens counted")(**kw)), math.exp(0.6),
+                        rel_tol=1e-12)
+    assert math.isclose(float(named("gspo_sequence_ratio", "total log-ratio")(**kw)), math.exp(0.9), rel_tol=1e-12)
