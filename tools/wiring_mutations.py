@@ -2929,4 +2929,15 @@ MUTATIONS = [
              'clipped = torch.clamp(ratio, 1 - eps, 1 + eps)',
              'clipped = torch.clamp(ratio, 1 - eps, 1 + 2 * eps)',
              'tests/course/test_nano_sapo.py::test_grpo_loss_is_the_librarys_grpo'),
+    Mutation('runs-h: addition accepts an operand of width + 1 digits', 'sapo_lab/tasks/addition.py',
+             'max(a, b) >= 10**width:',
+             'max(a, b) > 10**width:',
+             'tests/tasks/test_edges_task_inputs.py::test_an_operand_of_width_digits_is_accepted_and_one_of_width_plus_one_re'
+             'fused',
+             new_test=True),
+    Mutation('runs-h: verifier accepts non-ASCII digits', 'sapo_lab/tasks/base.py',
+             'if not answer or not answer.isascii() or not answer.isdigit():',
+             'if not answer or not answer.isdigit():',
+             'tests/tasks/test_edges_task_inputs.py::test_digits_outside_ascii_are_invalid_not_wrong',
+             new_test=True),
 ]
