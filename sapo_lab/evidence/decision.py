@@ -871,14 +871,25 @@ def replications(root=None) -> list[Replication]:
     return out
 
 
+def _shard_value(argv: list[str]) -> str | None:
+    """The ``i/N`` an argument list gives ``--shard``, written ``--shard i/N`` or ``--shard=i/N`` (argparse takes
+    both), else None."""
+    for i, arg in enumerate(argv):
+        if arg == "--shard":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if arg.startswith("--shard="):
+            return arg.removeprefix("--shard=")
+    return None
+
+
 def _shard_count(invocations: list[dict]) -> int:
     """The N of ``--shard i/N`` when every invocation names one (the runs split across processes), else 0."""
     counts = set()
     for inv in invocations:
-        argv = list(inv.get("argv") or [])
-        if "--shard" not in argv or argv.index("--shard") + 1 >= len(argv):
+        value = _shard_value(list(inv.get("argv") or []))
+        if value is None:
             return 0
-        counts.add(argv[argv.index("--shard") + 1].partition("/")[2])
+        counts.add(value.partition("/")[2])
     if len(counts) != 1:
         return 0
     (n,) = counts
