@@ -1,31 +1,19 @@
 """The decision table and its sentences: every declared answer said, each verdict from its interval, each claim
 within the cells it names (planted rows and cells change the sentence that would overreach)."""
 
-import functools
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _planted_gaps import BELOW, NEAR, SEEDS
+from _planted_gaps import cell as _cell
+from _planted_gaps import comparison as _cmp
 
 from sapo_lab.evidence import decision
 from sapo_lab.evidence.confirmatory import interval_text
 from sapo_lab.evidence.decision import Evidence, Row, reading, unsaid_answers
-from sapo_lab.evidence.gate_map import Cell, Setting
-from sapo_lab.evidence.paired import compare
 
 ROOT = Path(__file__).resolve().parents[2]
-BELOW = [-0.1 + 0.01 * i for i in range(10)]  # mean -0.055, interval below zero
-NEAR = [0.004 if i % 2 else -0.002 for i in range(10)]  # mean +0.001, interval holds zero
-SEEDS = tuple(range(20, 30))
-
-
-def _cmp(gaps):
-    return _cmp_of(tuple(gaps))
-
-
-@functools.cache  # planted rows repeat a few gap lists; each comparison runs a 20,000-resample bootstrap
-def _cmp_of(gaps):
-    return compare({s: (0.5 + g, 0.5) for s, g in zip(SEEDS, gaps, strict=True)}, "sapo", "grpo")
 
 
 def _row(row_id, gaps, m=8, *, study="gate_map", declared=True, family=None, reject=None, tau=1.0, rule="shared",
@@ -36,12 +24,6 @@ def _row(row_id, gaps, m=8, *, study="gate_map", declared=True, family=None, rej
     return Row(id=row_id, study=study, task="addition", tau_pos=tau, staleness=(m,) if isinstance(m, int) else m,
                rates=rates, rate_rule=rule, checkpoint=extra.pop("checkpoint", "final"), comparison=cmp,
                declared=declared, family=family, p_adjusted=cmp.t_p, reject=reject, seeds=SEEDS, **extra)
-
-
-def _cell(lr, m, gaps, tau=1.0):
-    s = Setting(f"sapo_{lr}_{m}_{tau}", "sapo", tau, tau * 1.05, lr, m)
-    g = Setting(f"grpo_{lr}_{m}", "grpo", 1.0, 1.05, lr, m)
-    return Cell(s, g, 10, 10, False, _cmp(gaps))
 
 
 def _evidence(**override):

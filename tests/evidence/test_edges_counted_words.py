@@ -1,30 +1,12 @@
 """Sentences whose wording depends on a count: each tried on both sides of its boundary with planted inputs."""
-import functools
+
+from _planted_gaps import BELOW, NEAR, SEEDS
+from _planted_gaps import cell as _cell
+from _planted_gaps import comparison as _comparison
 
 from sapo_lab.evidence import decision
 from sapo_lab.evidence.confirmatory import MechanismReading
 from sapo_lab.evidence.decision import Evidence, Row
-from sapo_lab.evidence.gate_map import Cell, Setting
-from sapo_lab.evidence.paired import compare
-
-SEEDS = tuple(range(40, 50))
-BELOW = [-0.1 + 0.01 * i for i in range(10)]  # every seed below zero: the t interval excludes zero
-NEAR = [0.004 if i % 2 else -0.002 for i in range(10)]  # mean +0.001, the interval holds zero
-
-
-def _comparison(gaps):
-    return _comparison_of(tuple(gaps))
-
-
-@functools.cache  # each comparison runs a 20,000-resample bootstrap; the planted lists repeat
-def _comparison_of(gaps):
-    return compare({s: (0.5 + g, 0.5) for s, g in zip(SEEDS, gaps, strict=True)}, "sapo", "grpo")
-
-
-def _cell(lr, m, gaps):
-    sapo = Setting(f"sapo_{lr}_{m}", "sapo", 1.0, 1.05, lr, m)
-    grpo = Setting(f"grpo_{lr}_{m}", "grpo", 1.0, 1.05, lr, m)
-    return Cell(sapo, grpo, 10, 10, False, _comparison(gaps))
 
 
 def _evidence(small_rate_gaps):
